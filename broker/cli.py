@@ -1,0 +1,151 @@
+"""The ``groupwire`` command: one entry point, one subcommand per job.
+
+Errors are one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from broker import config
+from broker.config import SettingsError
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class CliError(Exception):
+    """A failure to report as one line."""
+
+
+def _run_loop(coro_factory: Callable[[], object]) -> object:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro_factory())  # type: ignore[arg-type]
+    return uvloop.run(coro_factory())  # type: ignore[arg-type]
+
+
+# --- groupwire broker -------------------------------------------------------------------
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    settings = config.resolve(args)
+    from broker.logs import configure_logging
+
+    configure_logging(settings.log_format, settings.log_level)
+    _run_loop(lambda: run_broker(settings))
+    return 0
+
+
+async def run_broker(settings: config.BrokerSettings) -> None:
+    """Run a broker until SIGTERM or SIGINT, then shut it down gracefully."""
+    from broker.server import Broker
+
+    broker = Broker(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    try:
+        await broker.start()
+    except OSError as exc:
+        await broker.close()
+        raise CliError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
+                       ) from exc
+    try:
+        await broker.serve_until_stopped()
+    finally:
+        await broker.close()
+
+
+# --- groupwire health -------------------------------------------------------------------
+
+
+def parse_bootstrap(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CliError(f"--bootstrap: expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    host, port = parse_bootstrap(args.bootstrap)
+    result = _run_loop(lambda: check_health(host, port, args.timeout_ms / 1000))
+    assert isinstance(result, dict)
+    if args.json:
+        print(json.dumps(result))
+    elif result["ok"]:
+        print(f"ok: {host}:{port} answers ({result['apis']} APIs, "
+              f"{result['latency_ms']} ms)")
+    else:
+        print(f"unhealthy: {host}:{port}: {result['error']}", file=sys.stderr)
+    return 0 if result["ok"] else EXIT_FAILURE
+
+
+async def check_health(host: str, port: int, timeout: float) -> dict[str, object]:
+    import time
+
+    from client.connection import Connection
+    from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+    t0 = time.perf_counter()
+    try:
+        conn = await Connection.open(host, port, client_id="groupwire-health",
+                                     connect_timeout=timeout)
+        try:
+            resp = await conn.send(ApiVersionsRequest(client_software_name="groupwire-health"),
+                                   timeout=timeout, response_type=ApiVersionsResponse)
+        finally:
+            await conn.close()
+    except (OSError, TimeoutError, ConnectionError) as exc:
+        return {"ok": False, "error": str(exc) or type(exc).__name__}
+    latency = round((time.perf_counter() - t0) * 1000, 1)
+    if resp.error_code != 0:
+        return {"ok": False, "error": f"error code {resp.error_code}"}
+    return {"ok": True, "apis": len(resp.api_keys), "latency_ms": latency,
+            "max_frame_bytes": resp.max_frame_bytes}
+
+
+# --- parser -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="groupwire",
+        description="A consumer-group broker with Kafka's group semantics, in Python.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("broker", help="run the broker (storage in --data-dir)",
+                       description="Run the broker. Every flag also reads GROUPWIRE_<NAME>.")
+    config.add_arguments(p)
+    p.set_defaults(func=_cmd_broker)
+    p = sub.add_parser("health", help="check that a broker answers (exit 0 if healthy)")
+    p.add_argument("--bootstrap", default="127.0.0.1:9092",
+                   help="broker address HOST:PORT (default 127.0.0.1:9092)")
+    p.add_argument("--timeout-ms", type=int, default=5000,
+                   help="give up after this long (default 5000)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_health)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (CliError, SettingsError) as exc:
+        print(f"groupwire {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, SettingsError) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Broker settings: one table drives the dataclass defaults, the CLI flags and the env vars.
+
+Every setting has a default (Kafka's where Kafka has one), a ``--flag``, a
+``GROUPWIRE_<NAME>`` environment variable and a help line. Precedence: flag, then
+environment, then default. A bad value is a :class:`SettingsError` naming the flag, which
+the CLI prints as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from broker.coordinator.config import CoordinatorConfig
+from broker.storage import FsyncPolicy, StorageConfig
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+ENV_PREFIX = "GROUPWIRE_"
+MIN_FRAME_BYTES = 128 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting has a value the broker cannot run with; the message names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = ""
+    data_dir: Path = Path("data")
+    metrics_port: int = 9100
+    num_partitions: int = 1
+    auto_create_topics: bool = False
+    fsync: str = "interval"
+    flush_interval_ms: int = 1000
+    segment_bytes: int = 64 * 1024 * 1024
+    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 300000
+    offsets_topic_num_partitions: int = 50
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_max_size: int = 2**31 - 1
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+    new_member_join_timeout_ms: int = 300000
+    connection_loss_grace_ms: int = 1000
+    ownership_fencing: bool = True
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_connections: int = 10000
+    max_in_flight_requests: int = 128
+    connections_max_idle_ms: int = 600000
+    log_format: str = "auto"
+    log_level: str = "info"
+
+    @property
+    def advertised(self) -> str:
+        if self.advertised_host:
+            return self.advertised_host
+        return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        return CoordinatorConfig(
+            initial_rebalance_delay_ms=self.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=self.group_min_session_timeout_ms,
+            max_session_timeout_ms=self.group_max_session_timeout_ms,
+            group_max_size=self.group_max_size,
+            new_member_join_timeout_ms=self.new_member_join_timeout_ms,
+            offsets_retention_ms=self.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=self.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=self.offset_metadata_max_bytes,
+            connection_loss_grace_ms=self.connection_loss_grace_ms,
+            ownership_fencing=self.ownership_fencing,
+        )
+
+    def storage_config(self) -> StorageConfig:
+        return StorageConfig(
+            fsync=FsyncPolicy(self.fsync),
+            flush_interval_ms=self.flush_interval_ms,
+            segment_bytes=self.segment_bytes,
+            offsets_partitions=self.offsets_topic_num_partitions,
+            retention_ms=self.log_retention_ms,
+            retention_bytes=self.log_retention_bytes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    help: str
+    check: Callable[[Any], str | None] | None = None
+    choices: tuple[str, ...] = ()
+    negative_flag: str = ""
+
+
+def _at_least(lo: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= lo else f"must be >= {lo}"
+
+
+def _port(v: int) -> str | None:
+    return None if 0 <= v <= 65535 else "must be a port number 0-65535"
+
+
+def _port_or_off(v: int) -> str | None:
+    return None if -1 <= v <= 65535 else "must be a port number 0-65535, or -1 to disable"
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", "address to listen on"),
+    Option("port", "TCP port for clients (0 picks a free one)", _port),
+    Option("advertised_host", "host name given to clients in Metadata (default: --host)"),
+    Option("data_dir", "directory holding the logs and group metadata"),
+    Option("metrics_port", "Prometheus /metrics HTTP port (0: any free port, -1: off)",
+           _port_or_off),
+    Option("num_partitions", "partitions of a topic created without a count", _at_least(1)),
+    Option("auto_create_topics", "create unknown topics named in Metadata requests"),
+    Option("fsync", "when writes are fsynced before they are acknowledged",
+           choices=("always", "interval", "never")),
+    Option("flush_interval_ms", "fsync period with --fsync interval", _at_least(1)),
+    Option("segment_bytes", "roll a log segment past this size", _at_least(1024)),
+    Option("log_retention_ms", "delete topic data older than this (-1: keep)", _at_least(-1)),
+    Option("log_retention_bytes", "cap each partition's size (-1: no cap)", _at_least(-1)),
+    Option("log_retention_check_interval_ms", "how often topic retention runs", _at_least(1)),
+    Option("offsets_topic_num_partitions",
+           "__consumer_offsets partitions (fixed when the data dir is created)", _at_least(1)),
+    Option("group_initial_rebalance_delay_ms",
+           "wait for more members before the first rebalance of an empty group", _at_least(0)),
+    Option("group_min_session_timeout_ms", "smallest session timeout a member may ask for",
+           _at_least(1)),
+    Option("group_max_session_timeout_ms", "largest session timeout a member may ask for",
+           _at_least(1)),
+    Option("group_max_size", "most members one group may have", _at_least(1)),
+    Option("offsets_retention_minutes",
+           "drop committed offsets of a group empty for this long", _at_least(1)),
+    Option("offsets_retention_check_interval_ms", "how often offset retention runs",
+           _at_least(1)),
+    Option("offset_metadata_max_bytes", "longest metadata string on a committed offset",
+           _at_least(0)),
+    Option("new_member_join_timeout_ms",
+           "how long a new member may wait in its first join", _at_least(1)),
+    Option("connection_loss_grace_ms",
+           "a dynamic member whose connections all closed is removed after this", _at_least(0)),
+    Option("ownership_fencing",
+           "refuse fetches and commits for partitions the member does not own",
+           negative_flag="--no-ownership-fencing"),
+    Option("max_frame_bytes", "largest frame accepted or sent", _at_least(MIN_FRAME_BYTES)),
+    Option("max_connections", "refuse connections beyond this many", _at_least(1)),
+    Option("max_in_flight_requests",
+           "requests read ahead of their answers per connection", _at_least(1)),
+    Option("connections_max_idle_ms", "close connections idle this long", _at_least(1)),
+    Option("log_format", "log output: json, console, or auto (console on a terminal)",
+           choices=("auto", "json", "console")),
+    Option("log_level", "least severe log level shown",
+           choices=("debug", "info", "warning", "error")),
+)
+
+_DEFAULTS = BrokerSettings()
+_TYPES: dict[str, type] = {
+    f.name: type(getattr(_DEFAULTS, f.name)) for f in fields(BrokerSettings)
+}
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _parse(name: str, raw: str, source: str) -> Any:
+    kind = _TYPES[name]
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{source}: expected true or false, got {raw!r}")
+    if kind is int:
+        try:
+            return int(raw.replace("_", ""))
+        except ValueError:
+            raise SettingsError(f"{source}: expected an integer, got {raw!r}") from None
+    if kind is Path or issubclass(kind, Path):
+        return Path(raw)
+    return raw
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting; values stay None unless given, so env/defaults can apply."""
+    for opt in OPTIONS:
+        default = getattr(_DEFAULTS, opt.name)
+        kind = _TYPES[opt.name]
+        env = env_of(opt.name)
+        if kind is bool:
+            if opt.negative_flag:
+                parser.add_argument(
+                    opt.negative_flag, dest=opt.name, action="store_const", const="false",
+                    default=None, help=f"{opt.help}: turn off (default on; env {env})",
+                )
+            else:
+                parser.add_argument(
+                    flag_of(opt.name), dest=opt.name, action="store_const", const="true",
+                    default=None, help=f"{opt.help} (default off; env {env})",
+                )
+            continue
+        extra = f" ({'|'.join(opt.choices)})" if opt.choices else ""
+        parser.add_argument(
+            flag_of(opt.name), dest=opt.name, default=None, metavar=opt.name.upper(),
+            help=f"{opt.help}{extra} (default {default}; env {env})",
+        )
+
+
+def resolve(args: argparse.Namespace | None, environ: Mapping[str, str] | None = None,
+            ) -> BrokerSettings:
+    """Build settings from parsed flags over environment over defaults, then validate."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        given = getattr(args, opt.name, None) if args is not None else None
+        if given is not None:
+            source = opt.negative_flag or flag_of(opt.name)
+            values[opt.name] = _parse(opt.name, str(given), source)
+        elif env_of(opt.name) in env:
+            source = f"{flag_of(opt.name)} (from {env_of(opt.name)})"
+            values[opt.name] = _parse(opt.name, env[env_of(opt.name)], source)
+    settings = BrokerSettings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(settings: BrokerSettings) -> None:
+    for opt in OPTIONS:
+        value = getattr(settings, opt.name)
+        if opt.choices and value not in opt.choices:
+            raise SettingsError(
+                f"{flag_of(opt.name)}: expected one of {', '.join(opt.choices)}, got {value!r}"
+            )
+        if opt.check is not None:
+            problem = opt.check(value)
+            if problem:
+                raise SettingsError(f"{flag_of(opt.name)}: {problem}, got {value}")
+    if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
+        raise SettingsError(
+            "--group-min-session-timeout-ms: must not exceed --group-max-session-timeout-ms"
+        )
+
+
+def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None,
+                   ) -> BrokerSettings:
+    parser = argparse.ArgumentParser(prog="groupwire broker")
+    add_arguments(parser)
+    return resolve(parser.parse_args(list(argv)), environ)

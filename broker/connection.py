@@ -1,0 +1,164 @@
+"""One client connection: frames in, requests to the broker, responses out in any order.
+
+An ``asyncio.Protocol`` rather than streams: no task per connection, no buffering copies
+beyond the frame decoder. Backpressure: at most ``max_in_flight`` requests are taken
+ahead of their answers; beyond that decoded frames wait and the transport stops reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker.logs import get_logger
+from protocol.codec import decode_request, encode_response
+from protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
+from protocol.framing import FrameDecoder, frame
+from protocol.messages import RESPONSE_TYPES, ApiKey, Response
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+log = get_logger("groupwire.connection")
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker, conn_id: int) -> None:
+        self.broker = broker
+        self.conn_id = conn_id
+        self.client_host = ""
+        self._decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self._transport: asyncio.Transport | None = None
+        self._backlog: deque[bytes] = deque()
+        self._in_flight: dict[int, tuple[ApiKey, float]] = {}
+        self._paused = False
+        self._closed = False
+        self._last_active = time.monotonic()
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self.close_reason = "client"
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client_host = f"/{peer[0]}" if peer else ""
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        self.broker.metrics.bytes_in.inc(len(data))
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as exc:
+            self.abort("bad-frame", str(exc))
+            return
+        if frames:
+            self._backlog.extend(frames)
+            self._drain_backlog()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        self.broker.connection_lost(self)
+
+    # --- requests and responses ---------------------------------------------------------
+
+    def _drain_backlog(self) -> None:
+        limit = self.broker.settings.max_in_flight_requests
+        while self._backlog and len(self._in_flight) < limit and not self._closed:
+            self._handle_frame(self._backlog.popleft())
+        should_pause = bool(self._backlog)
+        if should_pause != self._paused and self._transport is not None and not self._closed:
+            self._paused = should_pause
+            if should_pause:
+                self._transport.pause_reading()
+            else:
+                self._transport.resume_reading()
+
+    def _handle_frame(self, payload: bytes) -> None:
+        self._last_active = time.monotonic()
+        try:
+            req = decode_request(payload)
+        except BodyError as exc:
+            log.info("bad_request", conn=self.conn_id, error=ErrorCode.name_of(exc.code),
+                     reason=exc.message)
+            try:
+                key = ApiKey(exc.api_key)
+                body: Response = RESPONSE_TYPES[key](error_code=exc.code,
+                                                     error_message=exc.message)
+            except ValueError:
+                key = ApiKey.API_VERSIONS
+                body = Response(error_code=exc.code, error_message=exc.message)
+            self._in_flight[exc.correlation_id] = (key, time.perf_counter())
+            self.reply(exc.correlation_id, body)
+            return
+        except ProtocolError as exc:
+            self.abort("bad-envelope", str(exc))
+            return
+        if req.correlation_id in self._in_flight:
+            self.abort("duplicate-correlation-id",
+                       f"correlation id {req.correlation_id} already in flight")
+            return
+        key = ApiKey(req.api_key)
+        self._in_flight[req.correlation_id] = (key, time.perf_counter())
+        self.broker.dispatch(self, req.correlation_id, req.client_id or "", req.request)
+
+    def reply(self, correlation_id: int, response: Response) -> None:
+        """Send the answer to an in-flight request (dropped if the connection is gone)."""
+        started = self._in_flight.pop(correlation_id, None)
+        if self._closed or self._transport is None:
+            return
+        data = frame(encode_response(correlation_id, response))
+        self._transport.write(data)
+        self._last_active = time.monotonic()
+        metrics = self.broker.metrics
+        metrics.bytes_out.inc(len(data))
+        if started is not None:
+            key, t0 = started
+            api = _API_NAMES[key]
+            metrics.requests.labels(api, ErrorCode.name_of(response.error_code)).inc()
+            metrics.latency.labels(api).observe(time.perf_counter() - t0)
+        if self._backlog:
+            self._drain_backlog()
+
+    # --- closing ------------------------------------------------------------------------
+
+    def abort(self, reason: str, detail: str = "") -> None:
+        if self._closed:
+            return
+        log.warning("connection_closed", conn=self.conn_id, client=self.client_host,
+                    reason=reason, detail=detail)
+        self.close_reason = reason
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def close(self) -> None:
+        self.abort("broker-shutdown")
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def _arm_idle(self) -> None:
+        idle_s = self.broker.settings.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        self._idle_handle = loop.call_later(idle_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self._closed:
+            return
+        idle_s = self.broker.settings.connections_max_idle_ms / 1000
+        quiet = time.monotonic() - self._last_active
+        if quiet >= idle_s and not self._in_flight:
+            self.abort("idle", f"no request for {quiet:.0f}s")
+            return
+        wait = idle_s if self._in_flight else idle_s - quiet
+        self._idle_handle = asyncio.get_running_loop().call_later(wait, self._check_idle)
+
+
+_API_NAMES = {key: RESPONSE_TYPES[key].__name__.removesuffix("Response") for key in ApiKey}

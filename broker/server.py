@@ -1,0 +1,398 @@
+"""The broker's asyncio shell: listen, route requests, run what the coordinator returns.
+
+Everything that decides lives elsewhere: group semantics in ``broker.coordinator`` (pure,
+time passed in), bytes on disk in ``broker.storage``. This module reads the clock, owns
+the sockets, the one timer that wakes the coordinator, and the order "write, make
+durable, then answer".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import msgpack
+
+from broker.config import BrokerSettings
+from broker.connection import ClientConnection
+from broker.coordinator import Coordinator, RequestContext, Result, TimerQueue
+from broker.coordinator.events import GroupEvent
+from broker.coordinator.records import record_from_kv
+from broker.durability import Durability
+from broker.fetch import FetchManager
+from broker.logs import get_logger
+from broker.metrics import BrokerMetrics, StateViews
+from broker.storage import TopicStore
+from broker.storage.errors import StorageError
+from broker.topic_apis import BATCH_OVERHEAD, TopicApis
+from protocol.errors import ErrorCode
+from protocol.hashing import coordinator_partition
+from protocol.messages import (
+    ApiVersionsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    FetchRequest,
+    FindCoordinatorRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    ProduceRequest,
+    Request,
+    Response,
+)
+
+log = get_logger("groupwire.broker")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+EVENTS_TOPIC = "__group_events"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    """One broker process: storage, coordinator, connections, metrics."""
+
+    def __init__(self, settings: BrokerSettings, *,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.metrics = BrokerMetrics()
+        self.store: TopicStore | None = None
+        self.coordinator: Coordinator | None = None
+        self._timers = TimerQueue()
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._timer_deadline: int | None = None
+        self._connections: dict[int, ClientConnection] = {}
+        self._next_conn_id = 1
+        self._server: asyncio.Server | None = None
+        self._metrics_server: object | None = None
+        self._port = settings.port
+        self.metrics_port: int | None = None
+        self._durability: Durability | None = None
+        self._fetches: FetchManager | None = None
+        self._topics: TopicApis | None = None
+        self._retention_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self._closing = False
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self) -> None:
+        """Recover storage and groups, then listen: never answers before it is loaded."""
+        settings = self.settings
+        t0 = time.perf_counter()
+        store = TopicStore(settings.data_dir, settings.storage_config())
+        self.store = store
+        for report in store.recovery_reports():
+            log.warning("log_recovered", **report)
+        coordinator = Coordinator(settings.coordinator_config(), store.partition_count)
+        self.coordinator = coordinator
+        records = list(self._read_group_records(store))
+        now = self.clock()
+        coordinator.load(records, now)
+        self._fetches = FetchManager(
+            store, coordinator, max_response_bytes=settings.max_frame_bytes - BATCH_OVERHEAD,
+            ownership_fencing=settings.ownership_fencing)
+        self._topics = TopicApis(settings, store, port=lambda: self._port,
+                                 on_append=self._fetches.appended)
+        self._durability = Durability(store, settings.storage_config().fsync,
+                                      settings.flush_interval_ms, self._fetches.wake)
+        self._durability.start()
+        self.execute(coordinator.start(now))
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, settings.host, settings.port, reuse_address=True,
+            backlog=1024)
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._start_metrics()
+        self._retention_task = loop.create_task(self._retention_loop())
+        log.info("broker_started", host=settings.host, port=self._port,
+                 metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
+                 topics=len(store.topics()), group_records=len(records),
+                 fsync=settings.fsync, startup_ms=round((time.perf_counter() - t0) * 1000))
+
+    def _read_group_records(self, store: TopicStore) -> Iterator[object]:
+        partitions = store.partition_count(OFFSETS_TOPIC) or 0
+        for partition in range(partitions):
+            for rec in store.scan(OFFSETS_TOPIC, partition):
+                if rec.key is None:
+                    continue
+                try:
+                    yield record_from_kv(rec.key, rec.value)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("group_record_unreadable", partition=partition,
+                              offset=rec.offset, error=str(exc))
+
+    def _start_metrics(self) -> None:
+        if self.settings.metrics_port < 0:
+            return
+        from prometheus_client import start_http_server
+
+        assert self.coordinator is not None and self.store is not None
+        coordinator, store = self.coordinator, self.store
+        self.metrics.connections.set_function(lambda: len(self._connections))
+
+        def log_ends() -> Iterator[tuple[str, int, int]]:
+            for topic, count in store.topics().items():
+                if store.is_internal(topic):
+                    continue
+                for p in range(count):
+                    yield topic, p, store.log(topic, p).high_watermark
+
+        def committed() -> Iterator[tuple[str, str, int, int]]:
+            for group in coordinator.group_ids():
+                for (topic, p), offset in coordinator.committed(group).items():
+                    yield group, topic, p, offset
+
+        self.metrics.watch(StateViews(
+            groups_by_state=coordinator.group_counts_by_state,
+            members=coordinator.member_count,
+            log_end_offsets=log_ends, committed_offsets=committed))
+        server, _thread = start_http_server(self.settings.metrics_port,
+                                            addr=self.settings.host,
+                                            registry=self.metrics.registry)
+        self._metrics_server = server
+        self.metrics_port = server.server_port
+
+    async def _retention_loop(self) -> None:
+        interval = self.settings.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.apply_log_retention()
+
+    def apply_log_retention(self) -> None:
+        store = self.store
+        assert store is not None
+        now = self.clock()
+        for topic, count in store.topics().items():
+            if topic == OFFSETS_TOPIC:
+                continue
+            for p in range(count):
+                deleted = store.log(topic, p).apply_retention(
+                    now, self.settings.log_retention_ms, self.settings.log_retention_bytes)
+                if deleted:
+                    log.info("log_retention", topic=topic, partition=p, segments=deleted)
+
+    async def serve_until_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def close(self) -> None:
+        """Stop accepting, answer what can be answered, flush, close storage."""
+        if self._closing:
+            return
+        self._closing = True
+        log.info("broker_stopping")
+        if self._server is not None:
+            self._server.close()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
+        if self._fetches is not None:
+            self._fetches.complete_all()
+        if self._durability is not None:
+            await self._durability.close()
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        for conn in list(self._connections.values()):
+            conn.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+        if self._metrics_server is not None:
+            shutdown = getattr(self._metrics_server, "shutdown", None)
+            if shutdown is not None:
+                await asyncio.get_running_loop().run_in_executor(None, shutdown)
+        if self.store is not None:
+            self.store.close()
+        self._stopped.set()
+        log.info("broker_stopped")
+
+    # --- connections --------------------------------------------------------------------
+
+    def _new_connection(self) -> ClientConnection:
+        conn = ClientConnection(self, self._next_conn_id)
+        self._next_conn_id += 1
+        if len(self._connections) >= self.settings.max_connections or self._closing:
+            conn.close_reason = "max-connections"
+            asyncio.get_running_loop().call_soon(conn.abort, "max-connections")
+        self._connections[conn.conn_id] = conn
+        self.metrics.connections_accepted.inc()
+        return conn
+
+    def connection_lost(self, conn: ClientConnection) -> None:
+        if self._connections.pop(conn.conn_id, None) is None:
+            return
+        self.metrics.connections_closed.labels(conn.close_reason).inc()
+        if self._fetches is not None:
+            self._fetches.connection_closed(conn.conn_id)
+        if self.coordinator is not None and not self._closing:
+            self.execute(self.coordinator.connection_closed(conn.conn_id, self.clock()))
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def dispatch(self, conn: ClientConnection, correlation_id: int, client_id: str,
+                 request: Request) -> None:
+        try:
+            self._dispatch(conn, correlation_id, client_id, request)
+        except Exception as exc:
+            log.exception("request_failed", api=type(request).__name__, conn=conn.conn_id)
+            from protocol.messages import response_type_for
+
+            conn.reply(correlation_id, response_type_for(request)(
+                error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                error_message=f"{type(exc).__name__}: {exc}"))
+
+    def _dispatch(self, conn: ClientConnection, cid: int, client_id: str,
+                  request: Request) -> None:
+        topics = self._topics
+        assert topics is not None and self.coordinator is not None
+        assert self._fetches is not None and self._durability is not None
+        if isinstance(request, FetchRequest):
+            self._fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
+        elif isinstance(request, ProduceRequest):
+            response, wrote = topics.produce(request)
+            if wrote:
+                self._durability.after_write(lambda: conn.reply(cid, response))
+            else:
+                conn.reply(cid, response)
+        elif isinstance(request, ApiVersionsRequest):
+            conn.reply(cid, topics.api_versions())
+        elif isinstance(request, MetadataRequest):
+            conn.reply(cid, topics.metadata(request))
+        elif isinstance(request, FindCoordinatorRequest):
+            conn.reply(cid, topics.find_coordinator(request))
+        elif isinstance(request, ListOffsetsRequest):
+            conn.reply(cid, topics.list_offsets(request))
+        elif isinstance(request, CreateTopicsRequest):
+            conn.reply(cid, topics.create_topics(request))
+        elif isinstance(request, CreatePartitionsRequest):
+            conn.reply(cid, topics.create_partitions(request))
+        else:
+            ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
+            self.execute(self.coordinator.handle(ctx, request, self.clock()))
+
+    # --- executing coordinator results --------------------------------------------------
+
+    def execute(self, result: Result) -> None:
+        """Do what the coordinator decided: persist, then answer; arm timers; emit events."""
+        if result.timers:
+            self._timers.apply(result.timers)
+            self._reschedule()
+        if result.events:
+            self._emit(result.events)
+        if result.records:
+            failed = self._persist(result)
+            assert self._durability is not None
+            replies = result.replies
+            self._durability.after_write(lambda: self._send_replies(replies, failed))
+        elif result.replies:
+            self._send_replies(result.replies, False)
+
+    def _persist(self, result: Result) -> bool:
+        store = self.store
+        assert store is not None
+        partitions = store.partition_count(OFFSETS_TOPIC) or 1
+        now = self.clock()
+        by_partition: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
+        for record in result.records:
+            key, value = record.to_kv()
+            p = coordinator_partition(record.group_id, partitions)
+            by_partition.setdefault(p, []).append((key, value, now))
+        try:
+            for p, items in by_partition.items():
+                store.append_kv(OFFSETS_TOPIC, p, items)
+                if self._fetches is not None:
+                    self._fetches.appended(OFFSETS_TOPIC, p)
+        except StorageError as exc:
+            self.metrics.storage_errors.inc()
+            log.error("group_records_not_written", error=str(exc), records=len(result.records))
+            return True
+        return False
+
+    def _send_replies(self, replies: tuple[object, ...], storage_failed: bool) -> None:
+        for reply in replies:
+            conn = self._connections.get(reply.conn_id)  # type: ignore[attr-defined]
+            if conn is None:
+                continue
+            response: Response = reply.response  # type: ignore[attr-defined]
+            if storage_failed and isinstance(response, OffsetCommitResponse):
+                response = _storage_failed_commit(response)
+            conn.reply(reply.correlation_id, response)  # type: ignore[attr-defined]
+
+    def _emit(self, events: tuple[GroupEvent, ...]) -> None:
+        store = self.store
+        assert store is not None
+        items = []
+        for event in events:
+            value = event.to_value()
+            log.info("group_event", **{k: v for k, v in value.items() if v is not None})
+            self._count_event(event)
+            items.append((event.group_id.encode(), msgpack.packb(value, use_bin_type=True),
+                          event.ts_ms))
+        try:
+            store.append_kv(EVENTS_TOPIC, 0, items)
+        except StorageError as exc:
+            log.error("group_events_not_written", error=str(exc), events=len(items))
+            return
+        if self._fetches is not None:
+            self._fetches.appended(EVENTS_TOPIC, 0)
+
+    def _count_event(self, event: GroupEvent) -> None:
+        m = self.metrics
+        if event.type == "rebalance_started":
+            m.rebalances.labels(event.reason or "unknown").inc()
+        elif event.type == "rebalance_completed" and event.duration_ms is not None:
+            m.rebalance_duration.observe(event.duration_ms / 1000)
+        elif event.type in ("member_expired", "poll_interval_expired"):
+            m.expirations.labels(event.reason or event.type).inc()
+        elif event.type == "commit_fenced":
+            m.commits_fenced.inc()
+
+    # --- the one timer ------------------------------------------------------------------
+
+    def _reschedule(self) -> None:
+        deadline = self._timers.next_deadline()
+        if deadline == self._timer_deadline:
+            return
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        self._timer_deadline = deadline
+        if deadline is None:
+            return
+        delay = max(0.0, (deadline - self.clock()) / 1000)
+        self._timer_handle = asyncio.get_running_loop().call_later(delay, self._fire_timers)
+
+    def _fire_timers(self) -> None:
+        self._timer_handle = None
+        self._timer_deadline = None
+        coordinator = self.coordinator
+        assert coordinator is not None
+        now = self.clock()
+        for key in self._timers.pop_due(now):
+            self.execute(coordinator.expire(key, now))
+        self._reschedule()
+
+
+def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    return OffsetCommitResponse(topics=[
+        OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code,
+                                          error_message="offset not written: storage error")
+            for p in t.partitions])
+        for t in response.topics])

@@ -1,0 +1,131 @@
+"""An async connection to a broker: send any request, await its response.
+
+Responses may arrive in any order (a parked JoinGroup must not hold up a Heartbeat), so
+each request gets a correlation id and a future; one reader task matches answers to them.
+A response with an unknown correlation id breaks the contract and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import TypeVar
+
+from protocol.codec import decode_response_body, decode_response_envelope, encode_request
+from protocol.errors import BodyError, ProtocolError, RemoteProtocolError
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from protocol.messages import Request, Response, response_type_for
+
+R = TypeVar("R", bound=Response)
+
+_READ_CHUNK = 256 * 1024
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed (or failed) before the response arrived."""
+
+
+class Connection:
+    """One TCP connection; ``send`` is safe to call from many tasks at once."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                 client_id: str | None, max_frame_bytes: int) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.client_id = client_id
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[asyncio.Future[Response], type[Response]]] = {}
+        self._closed_exc: BaseException | None = None
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, client_id: str | None = "groupwire",
+                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                   connect_timeout: float = 10.0) -> Connection:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, limit=_READ_CHUNK), connect_timeout)
+        return cls(reader, writer, client_id=client_id, max_frame_bytes=max_frame_bytes)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_exc is not None
+
+    async def send(self, request: Request, *, timeout: float | None = None,
+                   response_type: type[R] | None = None) -> R:
+        """Send ``request`` and wait for its response (raises ConnectionClosedError)."""
+        if self._closed_exc is not None:
+            raise ConnectionClosedError(f"connection to {self.peer} is closed"
+                                        ) from self._closed_exc
+        rtype = response_type or response_type_for(request)
+        cid = next(self._ids) & 0x7FFFFFFF
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[cid] = (future, rtype)
+        try:
+            self._writer.write(frame(encode_request(cid, request, self.client_id)))
+            await self._writer.drain()
+            if timeout is None:
+                response = await future
+            else:
+                response = await asyncio.wait_for(asyncio.shield(future), timeout)
+        except (ConnectionError, OSError) as exc:
+            self._fail(exc)
+            raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
+        finally:
+            self._pending.pop(cid, None)
+        return response  # type: ignore[return-value]
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(_READ_CHUNK)
+                if not data:
+                    raise ConnectionClosedError(f"connection to {self.peer} closed by peer")
+                for payload in self._decoder.feed(data):
+                    self._deliver(payload)
+        except asyncio.CancelledError:
+            self._fail(ConnectionClosedError("connection closed"))
+            raise
+        except (ConnectionError, OSError, ProtocolError) as exc:
+            self._fail(exc)
+
+    def _deliver(self, payload: bytes) -> None:
+        cid, body = decode_response_envelope(payload)
+        entry = self._pending.get(cid)
+        if entry is None:
+            raise RemoteProtocolError(f"response with unknown correlation id {cid}")
+        future, rtype = entry
+        if future.done():
+            return
+        try:
+            future.set_result(decode_response_body(body, rtype, cid))
+        except BodyError as exc:  # one bad answer fails its request, not the connection
+            future.set_exception(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._closed_exc is None:
+            self._closed_exc = exc
+        for future, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosedError(
+                    f"connection to {self.peer} lost: {exc}"))
+        self._pending.clear()
+        self._writer.close()
+
+    async def close(self) -> None:
+        self._fail(ConnectionClosedError("closed by client"))
+        self._read_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._read_task
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+

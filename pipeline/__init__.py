@@ -1,0 +1,1 @@
+"""PySpark data source `groupwire` and the rebalance-report job (the `spark` extra)."""

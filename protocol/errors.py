@@ -1,0 +1,122 @@
+"""Error codes (Kafka's names and numbers) and the protocol's exception tree.
+
+Exceptions::
+
+    ProtocolError                 root of everything this package raises
+    ├── LocalProtocolError        we were asked to send something the contract forbids
+    └── RemoteProtocolError       the peer sent something the contract forbids
+        ├── FrameError            framing broken (size 0, over the limit): close the connection
+        ├── EnvelopeError         not one msgpack value / not a valid envelope: close it
+        └── BodyError             envelope fine, body wrong: answer with ``code``
+            ├── UnsupportedVersionError   unknown api key or version
+            └── InvalidRequestError       missing, mistyped or out-of-range field (``path``)
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REQUEST = 42
+    KAFKA_STORAGE_ERROR = 56
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
+    PARTITION_NOT_OWNED = 1001
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+    @classmethod
+    def name_of(cls, code: int) -> str:
+        """Name for any code, including ones this version does not know."""
+        try:
+            return cls(code).name
+        except ValueError:
+            return f"UNKNOWN_ERROR_{code}"
+
+
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+class ProtocolError(Exception):
+    """Root of every exception raised by ``protocol``."""
+
+
+class LocalProtocolError(ProtocolError):
+    """Our side tried to build or send something the contract forbids."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the contract forbids."""
+
+
+class FrameError(RemoteProtocolError):
+    """Framing is broken; the connection must be closed unread."""
+
+
+class EnvelopeError(RemoteProtocolError):
+    """A frame that is not one msgpack value holding a valid envelope; close the connection."""
+
+
+class BodyError(RemoteProtocolError):
+    """A valid envelope with a bad body: answered with ``code`` on ``correlation_id``."""
+
+    code: ErrorCode = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, message: str, *, correlation_id: int = -1, api_key: int = -1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+
+
+class UnsupportedVersionError(BodyError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class InvalidRequestError(BodyError):
+    """A field is missing, mistyped or out of range; the message names its path."""
+
+    code = ErrorCode.INVALID_REQUEST

@@ -1,0 +1,670 @@
+"""One frozen dataclass per request and response of PROTOCOL.md §4.
+
+Field names and order follow PROTOCOL.md. The codec (``protocol.codec``) walks these
+classes' type hints, so the classes *are* the schema: a required request field has no
+default; an optional one has PROTOCOL.md's default. Response fields default to what a
+decoder fills in for an absent field (``[]``, ``-1``, ``""``, ``b""``, ``False``, or
+``None`` when nullable), so an error response can be built from the error pair alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from protocol.types import Int32, Int64, TopicPartitions
+
+_msg = dataclass(frozen=True, kw_only=True, slots=True)
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+
+
+@_msg
+class Request:
+    API_KEY: ClassVar[ApiKey]
+
+
+@_msg
+class Response:
+    API_KEY: ClassVar[ApiKey]
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+# --- ApiVersions (18) -------------------------------------------------------------------
+
+
+@_msg
+class ApiVersionsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.API_VERSIONS
+    client_software_name: str = ""
+    client_software_version: str = ""
+
+
+@_msg
+class ApiVersion:
+    api_key: Int32 = -1
+    min_version: Int32 = -1
+    max_version: Int32 = -1
+
+
+@_msg
+class ApiVersionsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.API_VERSIONS
+    api_keys: list[ApiVersion] = field(default_factory=list)
+    max_frame_bytes: Int32 = -1
+
+
+# --- Metadata (3) -----------------------------------------------------------------------
+
+
+@_msg
+class MetadataRequestTopic:
+    name: str
+
+
+@_msg
+class MetadataRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.METADATA
+    topics: list[MetadataRequestTopic] | None = None
+    allow_auto_topic_creation: bool = True
+
+
+@_msg
+class MetadataBroker:
+    node_id: Int32 = -1
+    host: str = ""
+    port: Int32 = -1
+
+
+@_msg
+class MetadataPartition:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    partition_index: Int32 = -1
+    leader_id: Int32 = -1
+
+
+@_msg
+class MetadataTopic:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    name: str = ""
+    is_internal: bool = False
+    partitions: list[MetadataPartition] = field(default_factory=list)
+
+
+@_msg
+class MetadataResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.METADATA
+    brokers: list[MetadataBroker] = field(default_factory=list)
+    cluster_id: str = ""
+    topics: list[MetadataTopic] = field(default_factory=list)
+
+
+# --- CreateTopics (19) ------------------------------------------------------------------
+
+
+@_msg
+class CreatableTopic:
+    name: str
+    num_partitions: Int32 = -1
+    replication_factor: Int32 = -1
+
+
+@_msg
+class CreateTopicsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_TOPICS
+    topics: list[CreatableTopic]
+
+
+@_msg
+class CreatableTopicResult:
+    name: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+    num_partitions: Int32 = -1
+    replication_factor: Int32 = -1
+
+
+@_msg
+class CreateTopicsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_TOPICS
+    topics: list[CreatableTopicResult] = field(default_factory=list)
+
+
+# --- CreatePartitions (37) --------------------------------------------------------------
+
+
+@_msg
+class CreatePartitionsTopic:
+    name: str
+    count: Int32
+
+
+@_msg
+class CreatePartitionsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_PARTITIONS
+    topics: list[CreatePartitionsTopic]
+
+
+@_msg
+class CreatePartitionsTopicResult:
+    name: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class CreatePartitionsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_PARTITIONS
+    results: list[CreatePartitionsTopicResult] = field(default_factory=list)
+
+
+# --- Produce (0) ------------------------------------------------------------------------
+
+
+@_msg
+class PartitionProduceData:
+    index: Int32
+    records: bytes
+
+
+@_msg
+class TopicProduceData:
+    name: str
+    partition_data: list[PartitionProduceData]
+
+
+@_msg
+class ProduceRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.PRODUCE
+    topic_data: list[TopicProduceData]
+
+
+@_msg
+class PartitionProduceResponse:
+    index: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+    base_offset: Int64 = -1
+
+
+@_msg
+class TopicProduceResponse:
+    name: str = ""
+    partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
+
+
+@_msg
+class ProduceResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.PRODUCE
+    responses: list[TopicProduceResponse] = field(default_factory=list)
+
+
+# --- Fetch (1) --------------------------------------------------------------------------
+
+
+@_msg
+class FetchPartition:
+    partition: Int32
+    fetch_offset: Int64
+    partition_max_bytes: Int32 = 1048576
+
+
+@_msg
+class FetchTopic:
+    topic: str
+    partitions: list[FetchPartition]
+
+
+@_msg
+class FetchGroup:
+    """Group context of a fetch (ext, PROTOCOL.md §7.2): enables ownership fencing."""
+
+    group_id: str
+    member_id: str
+    generation_id: Int32
+    group_instance_id: str | None = None
+
+
+@_msg
+class FetchRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.FETCH
+    max_wait_ms: Int32 = 500
+    min_bytes: Int32 = 1
+    max_bytes: Int32 = 52428800
+    topics: list[FetchTopic]
+    group: FetchGroup | None = None
+
+
+@_msg
+class FetchPartitionData:
+    partition_index: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+    high_watermark: Int64 = -1
+    log_start_offset: Int64 = -1
+    records: bytes = b""
+
+
+@_msg
+class FetchTopicResponse:
+    topic: str = ""
+    partitions: list[FetchPartitionData] = field(default_factory=list)
+
+
+@_msg
+class FetchResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.FETCH
+    responses: list[FetchTopicResponse] = field(default_factory=list)
+
+
+# --- ListOffsets (2) --------------------------------------------------------------------
+
+
+@_msg
+class ListOffsetsPartition:
+    partition_index: Int32
+    timestamp: Int64
+
+
+@_msg
+class ListOffsetsTopic:
+    name: str
+    partitions: list[ListOffsetsPartition]
+
+
+@_msg
+class ListOffsetsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_OFFSETS
+    topics: list[ListOffsetsTopic]
+
+
+@_msg
+class ListOffsetsPartitionResponse:
+    partition_index: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+    timestamp: Int64 = -1
+    offset: Int64 = -1
+
+
+@_msg
+class ListOffsetsTopicResponse:
+    name: str = ""
+    partitions: list[ListOffsetsPartitionResponse] = field(default_factory=list)
+
+
+@_msg
+class ListOffsetsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_OFFSETS
+    topics: list[ListOffsetsTopicResponse] = field(default_factory=list)
+
+
+# --- FindCoordinator (10) ---------------------------------------------------------------
+
+
+@_msg
+class FindCoordinatorRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.FIND_COORDINATOR
+    key: str
+    key_type: Int32 = 0
+
+
+@_msg
+class FindCoordinatorResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.FIND_COORDINATOR
+    node_id: Int32 = -1
+    host: str = ""
+    port: Int32 = -1
+
+
+# --- JoinGroup (11) ---------------------------------------------------------------------
+
+
+@_msg
+class JoinGroupRequestProtocol:
+    name: str
+    metadata: bytes
+
+
+@_msg
+class JoinGroupRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.JOIN_GROUP
+    group_id: str
+    member_id: str
+    group_instance_id: str | None = None
+    session_timeout_ms: Int32
+    rebalance_timeout_ms: Int32
+    protocol_type: str
+    protocols: list[JoinGroupRequestProtocol]
+    reason: str | None = None
+
+
+@_msg
+class JoinGroupResponseMember:
+    member_id: str = ""
+    group_instance_id: str | None = None
+    metadata: bytes = b""
+
+
+@_msg
+class JoinGroupResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.JOIN_GROUP
+    generation_id: Int32 = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    member_id: str = ""
+    members: list[JoinGroupResponseMember] = field(default_factory=list)
+
+
+# --- SyncGroup (14) ---------------------------------------------------------------------
+
+
+@_msg
+class SyncGroupRequestAssignment:
+    member_id: str
+    assignment: bytes
+
+
+@_msg
+class SyncGroupRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.SYNC_GROUP
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: list[SyncGroupRequestAssignment] = field(default_factory=list)
+
+
+@_msg
+class SyncGroupResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.SYNC_GROUP
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+# --- Heartbeat (12) ---------------------------------------------------------------------
+
+
+@_msg
+class HeartbeatRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.HEARTBEAT
+    group_id: str
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    poll_age_ms: Int32 = -1
+    wait_ms: Int32 = 0
+
+
+@_msg
+class HeartbeatResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.HEARTBEAT
+
+
+# --- LeaveGroup (13) --------------------------------------------------------------------
+
+
+@_msg
+class MemberIdentity:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@_msg
+class LeaveGroupRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LEAVE_GROUP
+    group_id: str
+    members: list[MemberIdentity]
+
+
+@_msg
+class LeaveGroupMemberResponse:
+    member_id: str = ""
+    group_instance_id: str | None = None
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class LeaveGroupResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LEAVE_GROUP
+    members: list[LeaveGroupMemberResponse] = field(default_factory=list)
+
+
+# --- OffsetCommit (8) -------------------------------------------------------------------
+
+
+@_msg
+class OffsetCommitRequestPartition:
+    partition_index: Int32
+    committed_offset: Int64
+    committed_metadata: str | None = None
+
+
+@_msg
+class OffsetCommitRequestTopic:
+    name: str
+    partitions: list[OffsetCommitRequestPartition]
+
+
+@_msg
+class OffsetCommitRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_COMMIT
+    group_id: str
+    generation_id: Int32 = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: list[OffsetCommitRequestTopic]
+
+
+@_msg
+class OffsetCommitResponsePartition:
+    partition_index: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class OffsetCommitResponseTopic:
+    name: str = ""
+    partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
+
+
+@_msg
+class OffsetCommitResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_COMMIT
+    topics: list[OffsetCommitResponseTopic] = field(default_factory=list)
+
+
+# --- OffsetFetch (9) --------------------------------------------------------------------
+
+
+@_msg
+class OffsetFetchRequestTopic:
+    name: str
+    partition_indexes: list[Int32]
+
+
+@_msg
+class OffsetFetchRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
+    group_id: str
+    topics: list[OffsetFetchRequestTopic] | None = None
+
+
+@_msg
+class OffsetFetchResponsePartition:
+    partition_index: Int32 = -1
+    committed_offset: Int64 = -1
+    metadata: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class OffsetFetchResponseTopic:
+    name: str = ""
+    partitions: list[OffsetFetchResponsePartition] = field(default_factory=list)
+
+
+@_msg
+class OffsetFetchResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
+    topics: list[OffsetFetchResponseTopic] = field(default_factory=list)
+
+
+# --- DescribeGroups (15) ----------------------------------------------------------------
+
+
+@_msg
+class DescribeGroupsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_GROUPS
+    groups: list[str]
+
+
+@_msg
+class DescribedGroupMember:
+    member_id: str = ""
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    member_metadata: bytes = b""
+    member_assignment: bytes = b""
+    last_heartbeat_ms: Int64 | None = None
+    poll_age_ms: Int32 | None = None
+
+
+@_msg
+class Rebalance:
+    """One rebalance of a group's history (ext, PROTOCOL.md §7.4)."""
+
+    generation_id: Int32 | None = None
+    reason: str = ""
+    detail: str | None = None
+    started_ms: Int64 = -1
+    completed_ms: Int64 | None = None
+    duration_ms: Int32 | None = None
+    moved_partitions: TopicPartitions = field(default_factory=list)
+    trigger_member_id: str | None = None
+
+
+@_msg
+class DescribedGroup:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    group_id: str = ""
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    generation_id: Int32 = -1
+    leader_id: str | None = None
+    members: list[DescribedGroupMember] = field(default_factory=list)
+    rebalances: list[Rebalance] = field(default_factory=list)
+
+
+@_msg
+class DescribeGroupsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_GROUPS
+    groups: list[DescribedGroup] = field(default_factory=list)
+
+
+# --- ListGroups (16) --------------------------------------------------------------------
+
+
+@_msg
+class ListGroupsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_GROUPS
+    states_filter: list[str] = field(default_factory=list)
+
+
+@_msg
+class ListedGroup:
+    group_id: str = ""
+    protocol_type: str = ""
+    group_state: str = ""
+
+
+@_msg
+class ListGroupsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_GROUPS
+    groups: list[ListedGroup] = field(default_factory=list)
+
+
+# --- DeleteGroups (42) ------------------------------------------------------------------
+
+
+@_msg
+class DeleteGroupsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_GROUPS
+    groups_names: list[str]
+
+
+@_msg
+class DeletableGroupResult:
+    group_id: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class DeleteGroupsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_GROUPS
+    results: list[DeletableGroupResult] = field(default_factory=list)
+
+
+# --- Registry ---------------------------------------------------------------------------
+
+REQUEST_TYPES: dict[ApiKey, type[Request]] = {
+    cls.API_KEY: cls
+    for cls in (
+        ApiVersionsRequest, MetadataRequest, CreateTopicsRequest, CreatePartitionsRequest,
+        ProduceRequest, FetchRequest, ListOffsetsRequest, FindCoordinatorRequest,
+        JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
+        OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
+        DeleteGroupsRequest,
+    )
+}
+RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
+    cls.API_KEY: cls
+    for cls in (
+        ApiVersionsResponse, MetadataResponse, CreateTopicsResponse, CreatePartitionsResponse,
+        ProduceResponse, FetchResponse, ListOffsetsResponse, FindCoordinatorResponse,
+        JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
+        OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
+        DeleteGroupsResponse,
+    )
+}
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}
+"""Every API has version 0 only (PROTOCOL.md §3)."""
+
+
+def response_type_for(request: Request) -> type[Response]:
+    return RESPONSE_TYPES[request.API_KEY]

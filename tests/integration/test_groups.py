@@ -1,0 +1,210 @@
+"""Group membership against a running broker over loopback TCP."""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+)
+
+from .rawgroup import RawMember, create_topic, round_robin
+
+TOPIC = "orders"
+
+
+async def _form_group(members: list[RawMember], partitions: int = 6) -> None:
+    """Join all members in one generation, the leader assigns round robin, all sync."""
+    joins = await asyncio.gather(*(m.join_group() for m in members))
+    assert all(j.error_code == ErrorCode.NONE for j in joins), joins
+    generations = {j.generation_id for j in joins}
+    assert len(generations) == 1
+    leader = next(m for m in members if m.is_leader)
+    assert leader.join is not None
+    plan = round_robin([x.member_id for x in leader.join.members], TOPIC, partitions)
+    syncs = await asyncio.gather(*(m.sync(plan if m is leader else None) for m in members))
+    assert all(s.error_code == ErrorCode.NONE for s in syncs), syncs
+
+
+async def _describe(conn, group: str):  # type: ignore[no-untyped-def]
+    resp = await conn.send(DescribeGroupsRequest(groups=[group]),
+                           response_type=DescribeGroupsResponse)
+    return resp.groups[0]
+
+
+async def test_single_member_joins_syncs_and_heartbeats(connect) -> None:  # type: ignore[no-untyped-def]
+    conn = await connect()
+    await create_topic(conn, TOPIC, 3)
+    m = RawMember(conn, "g1", [TOPIC])
+    first = await m.join_once()
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert first.member_id.startswith("test-")
+    joined = await m.join_once()
+    assert joined.error_code == ErrorCode.NONE
+    assert joined.generation_id == 1 and joined.leader == m.member_id
+    assert [x.member_id for x in joined.members] == [m.member_id]
+    sync = await m.sync({m.member_id: [(TOPIC, [0, 1, 2])]})
+    assert sync.error_code == ErrorCode.NONE
+    assert m.assignment == [(TOPIC, [0, 1, 2])]
+    assert (await m.heartbeat()).error_code == ErrorCode.NONE
+    described = await _describe(conn, "g1")
+    assert described.group_state == "Stable"
+    assert described.protocol_data == "range"
+
+
+async def test_three_members_share_the_leaders_assignment(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
+    broker = await start_broker(group_initial_rebalance_delay_ms=300)
+    conns = [await connect(f"c{i}", target=broker) for i in range(3)]
+    await create_topic(conns[0], TOPIC, 6)
+    members = [RawMember(c, "g3", [TOPIC]) for c in conns]
+    await _form_group(members)
+    owned = sorted(p for m in members for _, ps in m.assignment for p in ps)
+    assert owned == list(range(6))
+    assert all(len(m.assignment[0][1]) == 2 for m in members)
+    described = await _describe(conns[0], "g3")
+    assert {x.member_id for x in described.members} == {m.member_id for m in members}
+
+
+async def test_new_member_triggers_rebalance_on_long_polled_heartbeat(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 4)
+    first = RawMember(c1, "g-new", [TOPIC])
+    await _form_group([first], 4)
+    parked = asyncio.ensure_future(first.heartbeat(wait_ms=5000))
+    second = RawMember(c2, "g-new", [TOPIC])
+    joining = asyncio.ensure_future(second.join_group())
+    hb = await parked
+    assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    rejoin = await first.join_group()
+    assert rejoin.error_code == ErrorCode.NONE
+    assert (await joining).error_code == ErrorCode.NONE
+    assert rejoin.generation_id == second.generation_id == 2
+
+
+async def test_silent_member_expires_and_survivor_learns_at_once(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 4)
+    alive = RawMember(c1, "g-exp", [TOPIC], session_timeout_ms=5000)
+    silent = RawMember(c2, "g-exp", [TOPIC], session_timeout_ms=300)
+    await _form_group([alive, silent], 4)
+    # the survivor keeps heartbeating through long polls until the rebalance is announced
+    while True:
+        hb = await alive.heartbeat(wait_ms=1000)
+        if hb.error_code != ErrorCode.NONE:
+            break
+    assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    rejoin = await alive.join_group()
+    assert rejoin.error_code == ErrorCode.NONE
+    assert [x.member_id for x in rejoin.members] == [alive.member_id]
+    gone = await silent.heartbeat()
+    assert gone.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    described = await _describe(c1, "g-exp")
+    reasons = [r.reason for r in described.rebalances]
+    assert "session-expired" in reasons
+
+
+async def test_leave_group_empties_group_and_bumps_generation(connect) -> None:  # type: ignore[no-untyped-def]
+    conn = await connect()
+    await create_topic(conn, TOPIC, 1)
+    m = RawMember(conn, "g-leave", [TOPIC])
+    await _form_group([m], 1)
+    resp = await m.leave()
+    assert resp.error_code == ErrorCode.NONE
+    assert [x.error_code for x in resp.members] == [ErrorCode.NONE]
+    described = await _describe(conn, "g-leave")
+    assert described.group_state == "Empty"
+    assert described.generation_id == 2
+    listed = await conn.send(ListGroupsRequest(states_filter=["empty"]),
+                             response_type=ListGroupsResponse)
+    assert "g-leave" in [g.group_id for g in listed.groups]
+
+
+async def test_static_member_restart_keeps_assignment_without_rebalance(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 4)
+    a = RawMember(c1, "g-static", [TOPIC], instance_id="host-a")
+    b = RawMember(c2, "g-static", [TOPIC], instance_id="host-b")
+    await _form_group([a, b], 4)
+    before = a.assignment
+    generation = a.generation_id
+    # "restart": a new process with the same instance id and no member id
+    c3 = await connect("a2")
+    restarted = RawMember(c3, "g-static", [TOPIC], instance_id="host-a")
+    joined = await restarted.join_once()
+    assert joined.error_code == ErrorCode.NONE
+    assert joined.generation_id == generation
+    sync = await restarted.sync()
+    assert sync.error_code == ErrorCode.NONE
+    assert restarted.assignment == before
+    assert (await b.heartbeat()).error_code == ErrorCode.NONE
+    fenced = await a.heartbeat()
+    assert fenced.error_code == ErrorCode.FENCED_INSTANCE_ID
+
+
+async def test_commit_checks_generation_and_member(connect) -> None:  # type: ignore[no-untyped-def]
+    conn = await connect()
+    await create_topic(conn, TOPIC, 2)
+    m = RawMember(conn, "g-commit", [TOPIC])
+    await _form_group([m], 2)
+    ok = await m.commit({(TOPIC, 0): 42, (TOPIC, 1): 7})
+    assert [p.error_code for p in ok.topics[0].partitions] == [0, 0]
+    stale = await m.commit({(TOPIC, 0): 50}, generation_id=m.generation_id - 1)
+    assert stale.topics[0].partitions[0].error_code == ErrorCode.ILLEGAL_GENERATION
+    stranger = RawMember(conn, "g-commit", [TOPIC], member_id="nobody",
+                         generation_id=m.generation_id)
+    unknown = await stranger.commit({(TOPIC, 0): 60})
+    assert unknown.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    fetched = await conn.send(OffsetFetchRequest(
+        group_id="g-commit", topics=[OffsetFetchRequestTopic(name=TOPIC,
+                                                             partition_indexes=[0, 1])]),
+        response_type=OffsetFetchResponse)
+    assert [(p.partition_index, p.committed_offset) for p in fetched.topics[0].partitions] == [
+        (0, 42), (1, 7)]
+
+
+async def test_commit_for_partition_not_owned_is_fenced(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 2)
+    a, b = RawMember(c1, "g-fence", [TOPIC]), RawMember(c2, "g-fence", [TOPIC])
+    await _form_group([a, b], 2)
+    mine = a.assignment[0][1][0]
+    theirs = b.assignment[0][1][0]
+    resp = await a.commit({(TOPIC, mine): 1, (TOPIC, theirs): 1})
+    codes = {p.partition_index: p.error_code for p in resp.topics[0].partitions}
+    assert codes == {mine: ErrorCode.NONE, theirs: ErrorCode.PARTITION_NOT_OWNED}
+
+
+async def test_poll_interval_expiry_removes_member(connect) -> None:  # type: ignore[no-untyped-def]
+    conn = await connect()
+    await create_topic(conn, TOPIC, 1)
+    m = RawMember(conn, "g-poll", [TOPIC], rebalance_timeout_ms=1000)
+    await _form_group([m], 1)
+    assert (await m.heartbeat(poll_age_ms=500)).error_code == ErrorCode.NONE
+    resp = await m.heartbeat(poll_age_ms=1001)
+    assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert resp.error_message == "poll interval expired"
+    described = await _describe(conn, "g-poll")
+    assert described.group_state == "Empty"
+    assert described.rebalances[-1].reason == "poll-interval-expired"
+
+
+async def test_dead_connection_member_removed_after_grace(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 2)
+    alive = RawMember(c1, "g-grace", [TOPIC], session_timeout_ms=60_000)
+    doomed = RawMember(c2, "g-grace", [TOPIC], session_timeout_ms=60_000)
+    await _form_group([alive, doomed], 2)
+    parked = asyncio.ensure_future(alive.heartbeat(wait_ms=20_000))
+    await c2.close()
+    # the survivor is told well before the 60 s session timeout: the grace is 200 ms
+    hb = await asyncio.wait_for(parked, 15)
+    assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    described = await _describe(c1, "g-grace")
+    assert described.rebalances[-1].reason == "connection-lost"
