@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar, dataclass_transform
 
 from protocol.types import Int32, Int64, TopicPartitions
 
-_msg = dataclass(frozen=True, kw_only=True, slots=True)
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def _msg(cls: type[_T]) -> type[_T]:
+    """``dataclass(frozen=True, kw_only=True, slots=True)``, spelled so type checkers see it."""
+    return dataclass(frozen=True, kw_only=True, slots=True)(cls)
 
 
 class ApiKey(enum.IntEnum):

@@ -1,0 +1,91 @@
+"""groupwire's wire protocol, sans I/O: frames, messages, codec, errors, hashing.
+
+Nothing here touches sockets, event loops or clocks. Codec functions are built lazily
+per message class, so importing the package stays cheap.
+"""
+
+from protocol import messages
+from protocol.codec import (
+    RequestFrame,
+    decode_message,
+    decode_request,
+    decode_response,
+    decode_response_body,
+    decode_response_envelope,
+    encode_message,
+    encode_request,
+    encode_response,
+    peek_response_correlation_id,
+)
+from protocol.consumer import (
+    CONSUMER_PROTOCOL_TYPE,
+    Assignment,
+    ConsumerProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from protocol.errors import (
+    BodyError,
+    EnvelopeError,
+    ErrorCode,
+    FrameError,
+    InvalidRequestError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    UnsupportedVersionError,
+)
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from protocol.hashing import (
+    coordinator_partition,
+    java_hashcode,
+    kafka_abs,
+    murmur2,
+    partition_for_key,
+)
+from protocol.messages import ApiKey, Request, Response
+
+__all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "ApiKey",
+    "Assignment",
+    "BodyError",
+    "ConsumerProtocolError",
+    "EnvelopeError",
+    "ErrorCode",
+    "FrameDecoder",
+    "FrameError",
+    "InvalidRequestError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Request",
+    "RequestFrame",
+    "Response",
+    "Subscription",
+    "UnsupportedVersionError",
+    "coordinator_partition",
+    "decode_assignment",
+    "decode_message",
+    "decode_request",
+    "decode_response",
+    "decode_response_body",
+    "decode_response_envelope",
+    "decode_subscription",
+    "encode_assignment",
+    "encode_message",
+    "encode_request",
+    "encode_response",
+    "encode_subscription",
+    "frame",
+    "java_hashcode",
+    "kafka_abs",
+    "messages",
+    "murmur2",
+    "partition_for_key",
+    "peek_response_correlation_id",
+]
