@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from broker.logs import get_logger
 from protocol.codec import decode_request, encode_response
@@ -42,9 +42,8 @@ class ClientConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        peer = transport.get_extra_info("peername")
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = self._transport.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else ""
         self._arm_idle()
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from broker.logs import get_logger
 from broker.storage import FsyncPolicy, TopicStore
+from broker.storage.errors import StorageError
 
 log = get_logger("groupwire.durability")
 
@@ -26,7 +27,7 @@ class Durability:
         self._policy = policy
         self._interval_s = interval_ms / 1000
         self._on_durable = on_durable
-        self._waiting: list[Callable[[], None]] = []
+        self._waiting: list[Callable[[StorageError | None], None]] = []
         self._flushing = False
         self._scheduled = False
         self._task: asyncio.Task[None] | None = None
@@ -36,11 +37,12 @@ class Durability:
         if self._policy is FsyncPolicy.INTERVAL:
             self._task = asyncio.get_running_loop().create_task(self._periodic())
 
-    def after_write(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once everything written so far is durable under the policy."""
+    def after_write(self, callback: Callable[[StorageError | None], None]) -> None:
+        """Call ``callback(None)`` once everything written so far is durable under the
+        policy, or ``callback(error)`` if the fsync failed: nothing is acknowledged then."""
         if self._policy is not FsyncPolicy.ALWAYS:
             self._on_durable()
-            callback()
+            callback(None)
             return
         self._waiting.append(callback)
         if not self._scheduled and not self._flushing:
@@ -56,24 +58,27 @@ class Durability:
 
     async def _flush_round(self) -> None:
         callbacks, self._waiting = self._waiting, []
+        error: StorageError | None = StorageError("broker stopped before the fsync")
         try:
-            await self._sync()
+            error = await self._sync()
         finally:
             self._flushing = False
             self._on_durable()
             for callback in callbacks:
-                callback()
+                callback(error)
             if self._waiting:
                 self._kick()
 
-    async def _sync(self) -> None:
+    async def _sync(self) -> StorageError | None:
         ticket = self._store.take_dirty()
+        error: StorageError | None = None
         try:
             await asyncio.get_running_loop().run_in_executor(None, ticket.sync)
         except OSError as exc:
             log.error("fsync_failed", error=str(exc))
-            return
+            error = StorageError(f"fsync failed: {exc}")
         self._store.complete(ticket)
+        return error
 
     async def _periodic(self) -> None:
         while True:
@@ -88,8 +93,8 @@ class Durability:
                 await self._task
         while self._round is not None and not self._round.done():
             await self._round
-        await self._sync()
+        error = await self._sync()
         self._on_durable()
         callbacks, self._waiting = self._waiting, []
         for callback in callbacks:
-            callback()
+            callback(error)

@@ -40,9 +40,12 @@ from protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    PartitionProduceResponse,
     ProduceRequest,
+    ProduceResponse,
     Request,
     Response,
+    TopicProduceResponse,
 )
 
 log = get_logger("groupwire.broker")
@@ -266,7 +269,9 @@ class Broker:
         elif isinstance(request, ProduceRequest):
             response, wrote = topics.produce(request)
             if wrote:
-                self._durability.after_write(lambda: conn.reply(cid, response))
+                self._durability.after_write(
+                    lambda err: conn.reply(cid, response if err is None
+                                           else _storage_failed_produce(response, err)))
             else:
                 conn.reply(cid, response)
         elif isinstance(request, ApiVersionsRequest):
@@ -298,7 +303,8 @@ class Broker:
             failed = self._persist(result)
             assert self._durability is not None
             replies = result.replies
-            self._durability.after_write(lambda: self._send_replies(replies, failed))
+            self._durability.after_write(
+                lambda err: self._send_replies(replies, failed or err is not None))
         elif result.replies:
             self._send_replies(result.replies, False)
 
@@ -386,6 +392,17 @@ class Broker:
         for key in self._timers.pop_due(now):
             self.execute(coordinator.expire(key, now))
         self._reschedule()
+
+
+def _storage_failed_produce(response: ProduceResponse, error: Exception) -> ProduceResponse:
+    """Appended but not made durable: the client must not count these as written."""
+    return ProduceResponse(responses=[
+        TopicProduceResponse(name=t.name, partition_responses=[
+            p if p.error_code != ErrorCode.NONE else PartitionProduceResponse(
+                index=p.index, error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                error_message=f"not durable: {error}")
+            for p in t.partition_responses])
+        for t in response.responses])
 
 
 def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:

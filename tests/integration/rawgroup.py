@@ -6,6 +6,7 @@ generations, or go silent.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from client.connection import Connection
@@ -157,3 +158,28 @@ async def produce(conn: Connection, topic: str, partition: int, values: list[byt
     return await conn.send(ProduceRequest(topic_data=[TopicProduceData(
         name=topic, partition_data=[PartitionProduceData(index=partition, records=batch)])]),
         response_type=ProduceResponse)
+
+
+async def form_group(members: list[RawMember], topic: str, partitions: int) -> None:
+    """Bring ``members`` into one Stable generation, one at a time and event-driven.
+
+    The first member forms the group alone; each next member's join parks, the members
+    already in learn of the rebalance through a long-polled heartbeat and re-join, and the
+    leader hands out a round-robin assignment. No step depends on timing.
+    """
+    inside: list[RawMember] = []
+    for newcomer in members:
+        joining = asyncio.ensure_future(newcomer.join_group())
+        for m in inside:
+            while (hb := await m.heartbeat(wait_ms=2000)).error_code == ErrorCode.NONE:
+                pass
+            assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS, hb
+        inside.append(newcomer)
+        joins = await asyncio.gather(*(m.join_group() for m in inside[:-1]), joining)
+        assert all(j.error_code == ErrorCode.NONE for j in joins), joins
+        assert len({m.generation_id for m in inside}) == 1
+        leader = next(m for m in inside if m.is_leader)
+        assert leader.join is not None
+        plan = round_robin([x.member_id for x in leader.join.members], topic, partitions)
+        syncs = await asyncio.gather(*(m.sync(plan if m is leader else None) for m in inside))
+        assert all(s.error_code == ErrorCode.NONE for s in syncs), syncs

@@ -15,22 +15,9 @@ from protocol.messages import (
     OffsetFetchResponse,
 )
 
-from .rawgroup import RawMember, create_topic, round_robin
+from .rawgroup import RawMember, create_topic, form_group, round_robin
 
 TOPIC = "orders"
-
-
-async def _form_group(members: list[RawMember], partitions: int = 6) -> None:
-    """Join all members in one generation, the leader assigns round robin, all sync."""
-    joins = await asyncio.gather(*(m.join_group() for m in members))
-    assert all(j.error_code == ErrorCode.NONE for j in joins), joins
-    generations = {j.generation_id for j in joins}
-    assert len(generations) == 1
-    leader = next(m for m in members if m.is_leader)
-    assert leader.join is not None
-    plan = round_robin([x.member_id for x in leader.join.members], TOPIC, partitions)
-    syncs = await asyncio.gather(*(m.sync(plan if m is leader else None) for m in members))
-    assert all(s.error_code == ErrorCode.NONE for s in syncs), syncs
 
 
 async def _describe(conn, group: str):  # type: ignore[no-untyped-def]
@@ -60,15 +47,25 @@ async def test_single_member_joins_syncs_and_heartbeats(connect) -> None:  # typ
 
 
 async def test_three_members_share_the_leaders_assignment(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
-    broker = await start_broker(group_initial_rebalance_delay_ms=300)
+    # the initial rebalance delay gathers members that join an empty group together
+    broker = await start_broker(group_initial_rebalance_delay_ms=1000)
     conns = [await connect(f"c{i}", target=broker) for i in range(3)]
     await create_topic(conns[0], TOPIC, 6)
     members = [RawMember(c, "g3", [TOPIC]) for c in conns]
-    await _form_group(members)
+    joins = await asyncio.gather(*(m.join_group() for m in members))
+    assert [j.error_code for j in joins] == [ErrorCode.NONE] * 3
+    assert {j.generation_id for j in joins} == {1}
+    leader = next(m for m in members if m.is_leader)
+    assert leader.join is not None and len(leader.join.members) == 3
+    assert all(not m.join.members for m in members if m is not leader)  # type: ignore[union-attr]
+    plan = round_robin([x.member_id for x in leader.join.members], TOPIC, 6)
+    syncs = await asyncio.gather(*(m.sync(plan if m is leader else None) for m in members))
+    assert all(s.error_code == ErrorCode.NONE for s in syncs)
     owned = sorted(p for m in members for _, ps in m.assignment for p in ps)
     assert owned == list(range(6))
     assert all(len(m.assignment[0][1]) == 2 for m in members)
     described = await _describe(conns[0], "g3")
+    assert described.group_state == "Stable"
     assert {x.member_id for x in described.members} == {m.member_id for m in members}
 
 
@@ -76,7 +73,7 @@ async def test_new_member_triggers_rebalance_on_long_polled_heartbeat(connect) -
     c1, c2 = await connect("a"), await connect("b")
     await create_topic(c1, TOPIC, 4)
     first = RawMember(c1, "g-new", [TOPIC])
-    await _form_group([first], 4)
+    await form_group([first], TOPIC, 4)
     parked = asyncio.ensure_future(first.heartbeat(wait_ms=5000))
     second = RawMember(c2, "g-new", [TOPIC])
     joining = asyncio.ensure_future(second.join_group())
@@ -93,7 +90,7 @@ async def test_silent_member_expires_and_survivor_learns_at_once(connect) -> Non
     await create_topic(c1, TOPIC, 4)
     alive = RawMember(c1, "g-exp", [TOPIC], session_timeout_ms=5000)
     silent = RawMember(c2, "g-exp", [TOPIC], session_timeout_ms=300)
-    await _form_group([alive, silent], 4)
+    await form_group([alive, silent], TOPIC, 4)
     # the survivor keeps heartbeating through long polls until the rebalance is announced
     while True:
         hb = await alive.heartbeat(wait_ms=1000)
@@ -114,7 +111,7 @@ async def test_leave_group_empties_group_and_bumps_generation(connect) -> None: 
     conn = await connect()
     await create_topic(conn, TOPIC, 1)
     m = RawMember(conn, "g-leave", [TOPIC])
-    await _form_group([m], 1)
+    await form_group([m], TOPIC, 1)
     resp = await m.leave()
     assert resp.error_code == ErrorCode.NONE
     assert [x.error_code for x in resp.members] == [ErrorCode.NONE]
@@ -131,7 +128,7 @@ async def test_static_member_restart_keeps_assignment_without_rebalance(connect)
     await create_topic(c1, TOPIC, 4)
     a = RawMember(c1, "g-static", [TOPIC], instance_id="host-a")
     b = RawMember(c2, "g-static", [TOPIC], instance_id="host-b")
-    await _form_group([a, b], 4)
+    await form_group([a, b], TOPIC, 4)
     before = a.assignment
     generation = a.generation_id
     # "restart": a new process with the same instance id and no member id
@@ -152,7 +149,7 @@ async def test_commit_checks_generation_and_member(connect) -> None:  # type: ig
     conn = await connect()
     await create_topic(conn, TOPIC, 2)
     m = RawMember(conn, "g-commit", [TOPIC])
-    await _form_group([m], 2)
+    await form_group([m], TOPIC, 2)
     ok = await m.commit({(TOPIC, 0): 42, (TOPIC, 1): 7})
     assert [p.error_code for p in ok.topics[0].partitions] == [0, 0]
     stale = await m.commit({(TOPIC, 0): 50}, generation_id=m.generation_id - 1)
@@ -173,7 +170,7 @@ async def test_commit_for_partition_not_owned_is_fenced(connect) -> None:  # typ
     c1, c2 = await connect("a"), await connect("b")
     await create_topic(c1, TOPIC, 2)
     a, b = RawMember(c1, "g-fence", [TOPIC]), RawMember(c2, "g-fence", [TOPIC])
-    await _form_group([a, b], 2)
+    await form_group([a, b], TOPIC, 2)
     mine = a.assignment[0][1][0]
     theirs = b.assignment[0][1][0]
     resp = await a.commit({(TOPIC, mine): 1, (TOPIC, theirs): 1})
@@ -185,7 +182,7 @@ async def test_poll_interval_expiry_removes_member(connect) -> None:  # type: ig
     conn = await connect()
     await create_topic(conn, TOPIC, 1)
     m = RawMember(conn, "g-poll", [TOPIC], rebalance_timeout_ms=1000)
-    await _form_group([m], 1)
+    await form_group([m], TOPIC, 1)
     assert (await m.heartbeat(poll_age_ms=500)).error_code == ErrorCode.NONE
     resp = await m.heartbeat(poll_age_ms=1001)
     assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
@@ -200,7 +197,7 @@ async def test_dead_connection_member_removed_after_grace(connect) -> None:  # t
     await create_topic(c1, TOPIC, 2)
     alive = RawMember(c1, "g-grace", [TOPIC], session_timeout_ms=60_000)
     doomed = RawMember(c2, "g-grace", [TOPIC], session_timeout_ms=60_000)
-    await _form_group([alive, doomed], 2)
+    await form_group([alive, doomed], TOPIC, 2)
     parked = asyncio.ensure_future(alive.heartbeat(wait_ms=20_000))
     await c2.close()
     # the survivor is told well before the 60 s session timeout: the grace is 200 ms

@@ -1,0 +1,1 @@
+"""groupwire broker: the asyncio server, its coordinator core and its storage."""

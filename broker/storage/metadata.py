@@ -1,0 +1,65 @@
+"""The data directory's metadata file and the topic name rules.
+
+``meta.json`` holds the cluster id, the ``__consumer_offsets`` partition count (fixed when
+the directory is created, since it decides which partition holds each group) and every
+topic's partition count. It is replaced atomically, so a crash leaves the old or the new.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from broker.storage.errors import InvalidTopicError, StorageError
+
+META_FILE: Final = "meta.json"
+META_FORMAT: Final = 1
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+EVENTS_TOPIC: Final = "__group_events"
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, EVENTS_TOPIC})
+_TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_topic_name(name: str) -> None:
+    """Raise :class:`InvalidTopicError` unless ``name`` may be created by a client."""
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(
+            f"invalid topic name {name!r}: 1-249 of [A-Za-z0-9._-] required")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"invalid topic name {name!r}")
+    if name.startswith("__"):
+        raise InvalidTopicError(f"invalid topic name {name!r}: the __ prefix is reserved")
+
+
+@dataclass(slots=True)
+class StoreMeta:
+    cluster_id: str
+    offsets_partitions: int
+    topics: dict[str, int] = field(default_factory=dict)
+
+    def dump(self) -> bytes:
+        return json.dumps({
+            "format": META_FORMAT,
+            "cluster_id": self.cluster_id,
+            "offsets_partitions": self.offsets_partitions,
+            "topics": dict(sorted(self.topics.items())),
+        }, indent=1).encode() + b"\n"
+
+    @classmethod
+    def load(cls, raw: bytes, source: str) -> StoreMeta:
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != META_FORMAT:
+                raise ValueError(f"unknown format {doc.get('format')!r}")
+            cluster_id, offsets, topics = (doc["cluster_id"], doc["offsets_partitions"],
+                                           doc["topics"])
+            if not isinstance(cluster_id, str) or type(offsets) is not int or offsets < 1:
+                raise ValueError("bad cluster_id or offsets_partitions")
+            if not isinstance(topics, dict) or not all(
+                    isinstance(k, str) and type(v) is int and v >= 1 for k, v in topics.items()):
+                raise ValueError("bad topics")
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:
+            raise StorageError(f"unreadable metadata {source}: {exc}") from exc
+        return cls(cluster_id=cluster_id, offsets_partitions=offsets, topics=dict(topics))

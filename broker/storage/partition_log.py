@@ -1,0 +1,341 @@
+"""One topic partition's log: append batches, serve byte ranges of whole batches.
+
+Appends patch the base offset and write the batch as produced; reads bisect the in-memory
+index to a contiguous byte range of one segment and return it with one ``pread``, never
+decoding records. What reads may serve ends at the high watermark, which the fsync policy
+moves: at once after a write, or (``always``) once a flush ticket covering it completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+from broker.storage.config import FsyncPolicy, StorageConfig
+from broker.storage.errors import OffsetOutOfRangeError, StorageError
+from broker.storage.fileops import FileOps
+from broker.storage.flush import FlushItem, FlushTicket
+from broker.storage.recovery import RecoveryReport, open_segments
+from broker.storage.segment import Segment
+from protocol.batches import (
+    MIN_BATCH_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    DecodedRecord,
+    decode_records,
+    with_base_offset,
+)
+
+SCAN_CHUNK_BYTES: Final = 1024 * 1024
+
+
+class PartitionLog:
+    """A segmented append-only log. Not thread-safe: one (event loop) thread uses it; only
+    a :class:`FlushTicket`'s ``sync`` may run elsewhere."""
+
+    def __init__(self, directory: Path, config: StorageConfig, *, topic: str = "",
+                 partition: int = 0, file_ops: FileOps | None = None,
+                 trust_index: bool = False,
+                 on_dirty: Callable[[PartitionLog], None] | None = None) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self._config = config
+        self._always = config.fsync is FsyncPolicy.ALWAYS
+        self._ops = file_ops or FileOps()
+        self._on_dirty = on_dirty
+        segments, report = open_segments(directory, self._ops, topic=topic,
+                                         partition=partition, trust_index=trust_index)
+        self.recovery: RecoveryReport | None = report
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = segments[-1].next_offset
+        self._hw = self._leo
+        self._durable = self._leo
+        self._unsynced: list[Segment] = [s for s in segments if s.touched]
+        self._dir_gen = 1 if self._unsynced else 0
+        self._dir_synced_gen = 0
+        self._dirty = False
+        self._failed: OSError | None = None
+        self._closed = False
+        if self._unsynced or self._dir_gen:
+            self._mark_dirty()
+
+    # --- offsets ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def offline(self) -> bool:
+        """True once an fsync failed: appends are refused, reads go on."""
+        return self._failed is not None
+
+    # --- writing ------------------------------------------------------------------------
+
+    def append(self, batch: bytes, header: BatchHeader) -> int:
+        """Append one validated batch at the log end offset; returns its base offset.
+
+        Raises :class:`StorageError` if it cannot be written; the log is then unchanged.
+        """
+        self._check_writable()
+        if len(batch) < MIN_BATCH_SIZE or header.record_count < 1:
+            raise ValueError("append needs a validated batch")
+        base = self._leo
+        data = with_base_offset(batch, base)
+        header = BatchHeader(base_offset=base, base_timestamp_ms=header.base_timestamp_ms,
+                             record_count=header.record_count, crc=header.crc,
+                             attributes=header.attributes)
+        seg = self._segments[-1]
+        if seg.size > 0 and seg.size + len(data) > self._config.segment_bytes:
+            seg = self._roll()
+        seg.append(data, header)
+        self._leo = header.next_offset
+        if not self._always:
+            self._hw = self._leo
+        if not self._unsynced or self._unsynced[-1] is not seg:
+            self._unsynced.append(seg)
+        self._mark_dirty()
+        return base
+
+    def _roll(self) -> Segment:
+        try:
+            new = Segment(self.directory, self._leo, self._ops, create=True)
+        except OSError as exc:
+            base_name = f"{self._leo:020d}"
+            for suffix in (".log", ".index"):
+                with contextlib.suppress(OSError):
+                    self._ops.unlink(self.directory / (base_name + suffix))
+            raise StorageError(f"cannot create segment {base_name}: {exc}") from exc
+        with contextlib.suppress(OSError):
+            self._segments[-1].seal()
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dir_gen += 1
+        return new
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
+        if self._failed is not None:
+            raise StorageError(f"log {self.topic}-{self.partition} is offline after an "
+                               f"fsync failure: {self._failed}")
+
+    def _mark_dirty(self) -> None:
+        if not self._dirty:
+            self._dirty = True
+            if self._on_dirty is not None:
+                self._on_dirty(self)
+
+    # --- durability ---------------------------------------------------------------------
+
+    def flush_item(self) -> FlushItem | None:
+        """This log's part of a flush ticket, or None (and no longer dirty) if synced."""
+        if self._closed or self._failed is not None:
+            self._dirty = False
+            return None
+        dir_pending = self._dir_gen > self._dir_synced_gen
+        if self._durable >= self._leo and not self._unsynced and not dir_pending:
+            self._dirty = False
+            return None
+        segments = list(self._unsynced)
+        fds: list[int] = []
+        try:
+            for seg in segments:
+                fds.append(self._ops.dup(seg.fd))
+        except OSError as exc:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    self._ops.close(fd)
+            self._fail(exc)
+            return None
+        end, gen = self._leo, self._dir_gen
+
+        def synced() -> None:
+            self._synced(end, segments, gen)
+
+        return FlushItem(end_offset=end, fds=fds, dirs=[self.directory] if dir_pending else [],
+                         on_synced=synced, on_failed=self._fail)
+
+    def _synced(self, end: int, segments: list[Segment], gen: int) -> None:
+        if end > self._durable:
+            self._durable = end
+        if self._always and end > self._hw:
+            self._hw = min(end, self._leo)
+        self._dir_synced_gen = max(self._dir_synced_gen, gen)
+        done = {id(s) for s in segments if s.next_offset <= end}
+        self._unsynced = [s for s in self._unsynced if id(s) not in done]
+
+    def _fail(self, exc: OSError) -> None:
+        # May run on the thread syncing a ticket: one attribute store, read by the loop.
+        self._failed = exc
+
+    def take_dirty(self) -> FlushTicket:
+        """A ticket for this log alone (``TopicStore.take_dirty`` covers every log)."""
+        item = self.flush_item()
+        return FlushTicket(items=[item] if item is not None else [], ops=self._ops)
+
+    def complete(self, ticket: FlushTicket) -> None:
+        ticket.complete()
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, first_batch_always: bool) -> bytes:
+        """Whole batches from the one holding ``fetch_offset``, below the high watermark.
+
+        At most ``max_bytes``, except that with ``first_batch_always`` the first batch is
+        returned whatever its size (KIP-74). Stops at a segment end. Raises
+        :class:`OffsetOutOfRangeError` outside ``[log_start_offset, high_watermark]``.
+        """
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
+        start, hw = self.log_start_offset, self._hw
+        if not start <= fetch_offset <= hw:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is outside [{start}, {hw}] "
+                f"for {self.topic}-{self.partition}")
+        if fetch_offset == hw:
+            return b""
+        return self._slice(fetch_offset, max_bytes, first_batch_always, hw)[0]
+
+    def _slice(self, offset: int, max_bytes: int, first_batch_always: bool,
+               limit: int) -> tuple[bytes, int]:
+        """Bytes of whole batches from the one holding ``offset`` (< ``limit``), and the
+        offset just past them."""
+        seg = self._segments[bisect_right(self._bases, offset) - 1]
+        n = seg.entry_count
+        i = seg.entry_for(offset)
+        start = seg.positions[i]
+        j = bisect_left(seg.bases, limit, lo=i)
+        stop = seg.positions[j] if j < n else seg.size
+        budget_end = start + max(max_bytes, 0)
+        if budget_end >= stop:
+            end, k = stop, j
+        else:
+            k = bisect_right(seg.positions, budget_end, lo=i) - 1
+            end = seg.positions[k]
+            if end == start:
+                if not first_batch_always:
+                    return b"", offset
+                k = i + 1
+                end = seg.end_of(i)
+        next_offset = seg.bases[k] if k < n else seg.next_offset
+        return seg.read(start, end), next_offset
+
+    def scan(self, from_offset: int = 0) -> Iterator[DecodedRecord]:
+        """Every record from ``from_offset`` up to the log end offset (not the high
+        watermark): replaying internal topics at start."""
+        offset = from_offset
+        while True:
+            offset = max(offset, self.log_start_offset)
+            if offset >= self._leo:
+                return
+            data, offset_next = self._slice(offset, SCAN_CHUNK_BYTES, True, self._leo)
+            yield from self._decode(data, offset)
+            offset = offset_next
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """The first offset whose record timestamp is >= ``timestamp_ms``, with that
+        timestamp; None if no record below the high watermark has one. Decodes batches
+        (slow path); a sealed segment decoded once is skipped by its largest timestamp."""
+        hw = self._hw
+        active = self._segments[-1]
+        for seg in list(self._segments):
+            if seg.base_offset >= hw:
+                break
+            if seg.max_record_ts is not None and seg.max_record_ts < timestamp_ms:
+                continue
+            largest, whole = -1, True
+            for i in range(seg.entry_count):
+                if seg.bases[i] >= hw:
+                    whole = False
+                    break
+                for rec in self._decode(seg.read(seg.positions[i], seg.end_of(i)), 0):
+                    if rec.timestamp_ms >= timestamp_ms:
+                        return rec.offset, rec.timestamp_ms
+                    largest = max(largest, rec.timestamp_ms)
+            if whole and seg is not active:
+                seg.max_record_ts = largest
+        return None
+
+    def _decode(self, data: bytes, min_offset: int) -> list[DecodedRecord]:
+        try:
+            return decode_records(data, min_offset)
+        except CorruptBatchError as exc:
+            raise StorageError(f"corrupt data in {self.topic}-{self.partition}: "
+                               f"{exc.message}") from exc
+
+    # --- retention and shutdown ---------------------------------------------------------
+
+    def apply_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
+        """Delete whole oldest segments (never the active one, never data above the high
+        watermark) past either limit (-1 = unlimited); returns how many were deleted."""
+        if self._closed:
+            return 0
+        deleted = 0
+        total = self.size_bytes
+        segments = self._segments
+        while len(segments) > 1:
+            seg = segments[0]
+            if seg.next_offset > self._hw:
+                break
+            too_old = retention_ms >= 0 and now_ms - seg.max_timestamp > retention_ms
+            too_big = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if not (too_old or too_big):
+                break
+            segments.pop(0)
+            self._bases.pop(0)
+            self._unsynced = [s for s in self._unsynced if s is not seg]
+            total -= seg.size
+            with contextlib.suppress(OSError):
+                seg.delete()
+            deleted += 1
+        return deleted
+
+    def close(self, *, sync: bool = True) -> bool:
+        """Close the files, fsyncing what this run wrote first unless ``sync`` is False.
+
+        Returns True if the files on disk are complete and consistent (a clean shutdown).
+        """
+        if self._closed:
+            return False
+        self._closed = True
+        clean = sync and self._failed is None
+        for seg in self._segments:
+            if sync and seg.touched:
+                try:
+                    if seg.tail_dirty and not seg.truncate_tail():
+                        clean = False
+                    seg.sync_all()
+                except OSError:
+                    clean = False
+            try:
+                seg.close()
+            except OSError:
+                clean = False
+        if sync and self._dir_gen:
+            try:
+                self._ops.fsync_dir(self.directory)
+            except OSError:
+                clean = False
+        return clean

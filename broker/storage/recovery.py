@@ -1,0 +1,87 @@
+"""Opening a partition's directory: find its segments, verify them, cut a torn tail.
+
+After a crash the last writes may be torn, and a disk may return garbage. Every batch of
+every segment whose index is not trusted is checked (markers, structure, CRC, offsets
+following on); the log is cut at the first bad batch and later segments are deleted, so
+every complete batch before that point is kept and nothing after it is ever served.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from broker.storage.errors import StorageError
+from broker.storage.fileops import FileOps
+from broker.storage.segment import Segment, parse_segment_name
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What recovery cut from one partition, and why."""
+
+    topic: str
+    partition: int
+    truncated_bytes: int
+    reason: str
+    segment: int
+    """Base offset of the segment where the log was cut."""
+    deleted_segments: int
+    log_end_offset: int
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def open_segments(directory: Path, ops: FileOps, *, topic: str, partition: int,
+                  trust_index: bool) -> tuple[list[Segment], RecoveryReport | None]:
+    """The segments of ``directory``, oldest first, the last one open for appends."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = sorted(b for name in os.listdir(directory)
+                       if (b := parse_segment_name(name)) is not None)
+    except OSError as exc:
+        raise StorageError(f"cannot open log directory {directory}: {exc}") from exc
+    segments: list[Segment] = []
+    truncated = deleted = 0
+    reason: str | None = None
+    cut_at = -1
+    expected = bases[0] if bases else 0
+    try:
+        for base in bases:
+            if reason is None and base != expected:
+                reason, cut_at = f"segment {base} does not continue the log at {expected}", base
+            if reason is not None:
+                truncated += _delete_segment_files(directory, base, ops)
+                deleted += 1
+                continue
+            seg = Segment(directory, base, ops, create=False)
+            segments.append(seg)
+            if not (trust_index and seg.load_index()):
+                cut = seg.recover()
+                if cut is not None:
+                    truncated += cut[0]
+                    reason, cut_at = cut[1], base
+            expected = seg.next_offset
+        if not segments:
+            segments.append(Segment(directory, expected, ops, create=True))
+        for seg in segments[:-1]:
+            seg.seal()
+    except OSError as exc:
+        for seg in segments:
+            seg.close()
+        raise StorageError(f"cannot recover log {directory}: {exc}") from exc
+    report = None
+    if reason is not None:
+        report = RecoveryReport(topic=topic, partition=partition, truncated_bytes=truncated,
+                                reason=reason, segment=cut_at, deleted_segments=deleted,
+                                log_end_offset=segments[-1].next_offset)
+    return segments, report
+
+
+def _delete_segment_files(directory: Path, base: int, ops: FileOps) -> int:
+    seg = Segment(directory, base, ops, create=False)
+    size = ops.size(seg.fd)
+    seg.delete()
+    return size
