@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 log = get_logger("groupwire.connection")
 
+_ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
+
 
 class ClientConnection(asyncio.Protocol):
     def __init__(self, broker: Broker, conn_id: int) -> None:
@@ -34,6 +36,8 @@ class ClientConnection(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
         self._paused = False
+        self._draining = False
+        self._out: list[bytes] = []
         self._closed = False
         self._last_active = time.monotonic()
         self._idle_handle: asyncio.TimerHandle | None = None
@@ -48,7 +52,7 @@ class ClientConnection(asyncio.Protocol):
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
-        self.broker.metrics.bytes_in.inc(len(data))
+        self.broker.metrics.bytes_in += len(data)
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
@@ -67,9 +71,19 @@ class ClientConnection(asyncio.Protocol):
     # --- requests and responses ---------------------------------------------------------
 
     def _drain_backlog(self) -> None:
+        if self._draining:  # a reply sent while handling a frame: the loop below goes on
+            return
         limit = self.broker.settings.max_in_flight_requests
-        while self._backlog and len(self._in_flight) < limit and not self._closed:
-            self._handle_frame(self._backlog.popleft())
+        self._draining = True
+        try:
+            while self._backlog and len(self._in_flight) < limit and not self._closed:
+                self._handle_frame(self._backlog.popleft())
+        finally:
+            self._draining = False
+            if self._out:  # answers given while draining leave in one write
+                out, self._out = self._out, []
+                if not self._closed and self._transport is not None:
+                    self._transport.write(b"".join(out))
         should_pause = bool(self._backlog)
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause
@@ -112,16 +126,17 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         data = frame(encode_response(correlation_id, response))
-        self._transport.write(data)
+        if self._draining:
+            self._out.append(data)
+        else:
+            self._transport.write(data)
         self._last_active = time.monotonic()
         metrics = self.broker.metrics
-        metrics.bytes_out.inc(len(data))
+        metrics.bytes_out += len(data)
         if started is not None:
             key, t0 = started
-            api = _API_NAMES[key]
-            metrics.requests.labels(api, ErrorCode.name_of(response.error_code)).inc()
-            metrics.latency.labels(api).observe(time.perf_counter() - t0)
-        if self._backlog:
+            metrics.answered(key, response.error_code, time.perf_counter() - t0)
+        if self._backlog and not self._draining:
             self._drain_backlog()
 
     # --- closing ------------------------------------------------------------------------
@@ -129,8 +144,9 @@ class ClientConnection(asyncio.Protocol):
     def abort(self, reason: str, detail: str = "") -> None:
         if self._closed:
             return
-        log.warning("connection_closed", conn=self.conn_id, client=self.client_host,
-                    reason=reason, detail=detail)
+        emit = log.info if reason in _ORDINARY_CLOSES else log.warning
+        emit("connection_closed", conn=self.conn_id, client=self.client_host, reason=reason,
+             detail=detail)
         self.close_reason = reason
         self._closed = True
         if self._transport is not None:
@@ -159,5 +175,3 @@ class ClientConnection(asyncio.Protocol):
         wait = idle_s if self._in_flight else idle_s - quiet
         self._idle_handle = asyncio.get_running_loop().call_later(wait, self._check_idle)
 
-
-_API_NAMES = {key: RESPONSE_TYPES[key].__name__.removesuffix("Response") for key in ApiKey}

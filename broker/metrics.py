@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from protocol.errors import ErrorCode
+from protocol.messages import RESPONSE_TYPES, ApiKey
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -30,10 +34,15 @@ class StateViews:
 
 
 class _StateCollector(Collector):
-    def __init__(self, views: StateViews) -> None:
+    def __init__(self, views: StateViews, metrics: BrokerMetrics) -> None:
         self._views = views
+        self._metrics = metrics
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("groupwire_bytes_in", "Bytes received from clients",
+                                  value=self._metrics.bytes_in)
+        yield CounterMetricFamily("groupwire_bytes_out", "Bytes sent to clients",
+                                  value=self._metrics.bytes_out)
         groups = GaugeMetricFamily("groupwire_groups", "Consumer groups by state",
                                    labels=["state"])
         for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
@@ -89,11 +98,32 @@ class BrokerMetrics:
                                    registry=r)
         self.commits_fenced = Counter("groupwire_commits_fenced",
                                       "Commits refused by ownership fencing", registry=r)
-        self.bytes_in = Counter("groupwire_bytes_in", "Bytes received from clients",
-                                registry=r)
-        self.bytes_out = Counter("groupwire_bytes_out", "Bytes sent to clients", registry=r)
+        self.bytes_in = 0
+        self.bytes_out = 0
+        """Plain ints on the hot path; exported as counters when scraped."""
         self.storage_errors = Counter("groupwire_storage_errors", "Failed log writes",
                                       registry=r)
 
+        self._per_answer: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    def answered(self, api_key: int, error_code: int, seconds: float) -> None:
+        """Count one answered request; label lookups are cached (hot path)."""
+        children = self._per_answer.get((api_key, error_code))
+        if children is None:
+            api = _api_name(api_key)
+            children = (self.requests.labels(api, ErrorCode.name_of(error_code)),
+                        self.latency.labels(api))
+            self._per_answer[(api_key, error_code)] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
     def watch(self, views: StateViews) -> None:
-        self.registry.register(_StateCollector(views))
+        self.registry.register(_StateCollector(views, self))
+
+
+def _api_name(api_key: int) -> str:
+    """Kafka's API name (``JoinGroup``) for a key, ``Unknown`` for keys we do not serve."""
+    try:
+        return RESPONSE_TYPES[ApiKey(api_key)].__name__.removesuffix("Response")
+    except (ValueError, KeyError):
+        return "Unknown"
