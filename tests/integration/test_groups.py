@@ -205,3 +205,91 @@ async def test_dead_connection_member_removed_after_grace(connect) -> None:  # t
     assert hb.error_code == ErrorCode.REBALANCE_IN_PROGRESS
     described = await _describe(c1, "g-grace")
     assert described.rebalances[-1].reason == "connection-lost"
+
+
+async def test_member_that_misses_the_rebalance_timeout_is_dropped(connect) -> None:  # type: ignore[no-untyped-def]
+    c1, c2, c3 = await connect("a"), await connect("b"), await connect("c")
+    await create_topic(c1, TOPIC, 2)
+    steady = RawMember(c1, "g-rto", [TOPIC], rebalance_timeout_ms=400)
+    laggard = RawMember(c2, "g-rto", [TOPIC], rebalance_timeout_ms=400)
+    await form_group([steady, laggard], TOPIC, 2)
+    # a third member joins; the laggard never re-joins, the steady one does at once
+    newcomer = RawMember(c3, "g-rto", [TOPIC], rebalance_timeout_ms=400)
+    joining = asyncio.ensure_future(newcomer.join_group())
+    while (await steady.heartbeat(wait_ms=2000)).error_code == ErrorCode.NONE:
+        pass
+    rejoin, joined = await asyncio.gather(steady.join_group(), joining)
+    assert rejoin.error_code == joined.error_code == ErrorCode.NONE
+    members = {m.member_id for m in (rejoin.members or joined.members)}
+    assert members == {steady.member_id, newcomer.member_id}
+    assert (await laggard.heartbeat()).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+async def test_commit_while_completing_rebalance_is_refused(connect) -> None:  # type: ignore[no-untyped-def]
+    conn = await connect()
+    await create_topic(conn, TOPIC, 1)
+    m = RawMember(conn, "g-cr", [TOPIC])
+    await m.join_group()  # joined, not yet synced: the group is CompletingRebalance
+    resp = await m.commit({(TOPIC, 0): 1})
+    assert resp.topics[0].partitions[0].error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert (await m.heartbeat()).error_code == ErrorCode.NONE
+
+
+async def test_group_max_size_refuses_the_extra_member(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
+    broker = await start_broker(group_max_size=1)
+    c1, c2 = await connect("a", target=broker), await connect("b", target=broker)
+    await create_topic(c1, TOPIC, 1)
+    first = RawMember(c1, "g-max", [TOPIC])
+    await form_group([first], TOPIC, 1)
+    second = RawMember(c2, "g-max", [TOPIC])
+    refused = await second.join_group()
+    assert refused.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert refused.member_id == ""
+    assert (await first.heartbeat()).error_code == ErrorCode.NONE
+
+
+async def test_invalid_session_timeout(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
+    broker = await start_broker(group_min_session_timeout_ms=1000,
+                                group_max_session_timeout_ms=5000)
+    conn = await connect(target=broker)
+    for timeout in (999, 5001):
+        m = RawMember(conn, "g-sto", [TOPIC], session_timeout_ms=timeout)
+        assert (await m.join_once()).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+async def test_fetch_with_group_context_is_fenced_by_ownership(connect) -> None:  # type: ignore[no-untyped-def]
+    from protocol.messages import (
+        FetchGroup,
+        FetchPartition,
+        FetchRequest,
+        FetchResponse,
+        FetchTopic,
+    )
+
+    c1, c2 = await connect("a"), await connect("b")
+    await create_topic(c1, TOPIC, 2)
+    a, b = RawMember(c1, "g-ffence", [TOPIC]), RawMember(c2, "g-ffence", [TOPIC])
+    await form_group([a, b], TOPIC, 2)
+
+    def fetch(member: RawMember, member_id: str | None = None) -> FetchRequest:
+        return FetchRequest(max_wait_ms=0, topics=[FetchTopic(topic=TOPIC, partitions=[
+            FetchPartition(partition=p, fetch_offset=0) for p in (0, 1)])],
+            group=FetchGroup(group_id="g-ffence", member_id=member_id or member.member_id,
+                             generation_id=member.generation_id))
+
+    resp = await c1.send(fetch(a), response_type=FetchResponse)
+    codes = {p.partition_index: p.error_code for p in resp.responses[0].partitions}
+    mine = a.assignment[0][1][0]
+    assert codes == {mine: ErrorCode.NONE, 1 - mine: ErrorCode.PARTITION_NOT_OWNED}
+    zombie = await c1.send(fetch(a, member_id="gone"), response_type=FetchResponse)
+    assert zombie.error_code == ErrorCode.UNKNOWN_MEMBER_ID and zombie.responses == []
+
+
+async def test_fencing_off_lets_any_member_commit(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
+    broker = await start_broker(ownership_fencing=False)
+    c1, c2 = await connect("a", target=broker), await connect("b", target=broker)
+    await create_topic(c1, TOPIC, 2)
+    a, b = RawMember(c1, "g-loose", [TOPIC]), RawMember(c2, "g-loose", [TOPIC])
+    await form_group([a, b], TOPIC, 2)
+    resp = await a.commit({(TOPIC, 0): 5, (TOPIC, 1): 5})
+    assert [p.error_code for p in resp.topics[0].partitions] == [ErrorCode.NONE] * 2

@@ -73,5 +73,9 @@ async def test_sigkill_keeps_records_and_commits(tmp_path: Path, procs, fsync: s
               for r in decode_records(resp_events.responses[0].partitions[0].records)]
     kinds = [e["type"] for e in events if e["group_id"] == "keeper"]
     assert "member_joined" in kinds and "rebalance_completed" in kinds
+    # the group itself was restored: its member carries on without a rebalance
+    member.conn = conn
+    assert (await member.heartbeat()).error_code == 0
+    assert (await member.commit({("durable", 0): 4})).topics[0].partitions[0].error_code == 0
     await conn.close()
     assert second.terminate() == 0
