@@ -16,7 +16,7 @@ from broker.logs import get_logger
 from protocol.codec import decode_request, encode_response
 from protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
 from protocol.framing import FrameDecoder, frame
-from protocol.messages import RESPONSE_TYPES, ApiKey, Response
+from protocol.messages import RESPONSE_TYPES, SUPPORTED_VERSIONS, ApiKey, Response
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 log = get_logger("groupwire.connection")
 
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
+_API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
+                             SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -118,6 +120,10 @@ class ClientConnection(asyncio.Protocol):
             return
         key = ApiKey(req.api_key)
         self._in_flight[req.correlation_id] = (key, time.perf_counter())
+        if key == ApiKey.API_VERSIONS and req.api_version not in _API_VERSIONS_SERVED:
+            # PROTOCOL.md §3: answered in v0 whatever the version, flagged unsupported
+            self.reply(req.correlation_id, self.broker.unsupported_api_versions(req.api_version))
+            return
         self.broker.dispatch(self, req.correlation_id, req.client_id or "", req.request)
 
     def reply(self, correlation_id: int, response: Response) -> None:

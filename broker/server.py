@@ -31,6 +31,7 @@ from protocol.errors import ErrorCode
 from protocol.hashing import coordinator_partition
 from protocol.messages import (
     ApiVersionsRequest,
+    ApiVersionsResponse,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     FetchRequest,
@@ -258,6 +259,14 @@ class Broker:
             conn.reply(correlation_id, response_type_for(request)(
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
                 error_message=f"{type(exc).__name__}: {exc}"))
+
+    def unsupported_api_versions(self, version: int) -> ApiVersionsResponse:
+        assert self._topics is not None
+        full = self._topics.api_versions()
+        return ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=full.api_keys,
+            max_frame_bytes=full.max_frame_bytes,
+            error_message=f"ApiVersions v{version} is not supported; answered in v0")
 
     def _dispatch(self, conn: ClientConnection, cid: int, client_id: str,
                   request: Request) -> None:
