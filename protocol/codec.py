@@ -37,7 +37,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import msgpack
 
@@ -115,25 +115,15 @@ class _FieldError(Exception):
         return f"{path or 'body'}: {self.reason}"
 
 
-class _ExtRefused(Exception):
-    pass
-
-
-def _ext_hook(code: int, data: bytes) -> NoReturn:
-    raise _ExtRefused(f"ext type {code} not allowed")
-
-
-# --- unpacking ---------------------------------------------------------------------------
-
-
 def _unpack(payload: bytes) -> Any:
-    """Exactly one msgpack value, or EnvelopeError (bad bytes, bad UTF-8, trailing, ext)."""
+    """Exactly one msgpack value, or EnvelopeError (bad bytes, bad UTF-8, trailing bytes).
+
+    Non-str map keys and ext values are let through: PROTOCOL.md §2 closes a connection
+    only when the frame is not one value or the envelope is broken. In a body they are a
+    mistyped field (INVALID_REQUEST naming its path) or, under an unknown key, ignored.
+    """
     try:
-        return msgpack.unpackb(
-            payload, raw=False, use_list=True, strict_map_key=True, ext_hook=_ext_hook
-        )
-    except _ExtRefused as exc:
-        raise EnvelopeError(str(exc)) from None
+        return msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=False)
     except (ValueError, TypeError) as exc:  # msgpack's own errors subclass ValueError
         raise EnvelopeError(f"not one msgpack value: {exc}") from None
 

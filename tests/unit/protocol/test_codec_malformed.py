@@ -65,14 +65,35 @@ def invalid(payload: bytes) -> InvalidRequestError:
         (pack([12, 0, 5, b"c", HEARTBEAT]), "bin client id"),
         (pack([12, 0, 5, 7, HEARTBEAT]), "int client id"),
         (b"\x95\x0c\x00\x05\xa2\xff\xfe\x80", "bad utf-8 client id"),
-        (b"\x95\x0c\x00\x05\xc0\xd4\x01\x00", "ext body"),
-        (b"\x95\x0c\x00\x05\xc0\x81\xa1k\xc7\x00\x05", "ext under an unknown key"),
-        (b"\x95\x0c\x00\x05\xc0\x81\x01\x02", "int map key"),
     ],
 )
 def test_envelope_errors(payload: bytes, why: str) -> None:
     with pytest.raises(EnvelopeError):
         decode_request(payload)
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b"\x95\x0c\x00\x05\xc0\xd4\x01\x00", "body: expected map"),
+        (b"\x95\x0c\x00\x05\xc0\x81\x01\x02", "body: expected map with str keys"),
+    ],
+)
+def test_ext_body_and_int_keys_are_invalid_request_not_a_closed_connection(
+    payload: bytes, why: str
+) -> None:
+    # PROTOCOL.md §2: one msgpack value with a valid envelope is answered, never dropped
+    with pytest.raises(InvalidRequestError) as info:
+        decode_request(payload)
+    assert info.value.message == why
+    assert info.value.correlation_id == 5
+
+
+def test_ext_under_an_unknown_key_is_ignored() -> None:
+    body = dict(HEARTBEAT)
+    body["future"] = msgpack.ExtType(5, b"x")
+    frame = decode_request(pack([12, 0, 5, None, body]))
+    assert frame.request == decode_request(pack([12, 0, 5, None, HEARTBEAT])).request
 
 
 def test_client_id_may_be_nil() -> None:
