@@ -1,0 +1,46 @@
+"""The sans-I/O group coordinator: Kafka's classic group protocol as a pure state machine.
+
+``Coordinator.handle(ctx, request, now_ms)``, ``expire(key, now_ms)`` and
+``connection_closed(conn_id, now_ms)`` each return a :class:`Result` (replies, timers,
+records, events) that the asyncio shell executes. No clock, no sockets, no asyncio here.
+"""
+
+from broker.coordinator.config import CoordinatorConfig
+from broker.coordinator.coordinator import Coordinator
+from broker.coordinator.events import GroupEvent
+from broker.coordinator.outputs import EMPTY_RESULT, FetchCheck, Reply, RequestContext, Result
+from broker.coordinator.records import (
+    GroupDeleteRecord,
+    GroupMetadataRecord,
+    GroupRecord,
+    MemberRecord,
+    OffsetCommitRecord,
+    OffsetDeleteRecord,
+    record_from_kv,
+)
+from broker.coordinator.state import GroupState
+from broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp, TimerQueue
+
+__all__ = [
+    "EMPTY_RESULT",
+    "CancelTimer",
+    "Coordinator",
+    "CoordinatorConfig",
+    "FetchCheck",
+    "GroupDeleteRecord",
+    "GroupEvent",
+    "GroupMetadataRecord",
+    "GroupRecord",
+    "GroupState",
+    "MemberRecord",
+    "OffsetCommitRecord",
+    "OffsetDeleteRecord",
+    "Reply",
+    "RequestContext",
+    "Result",
+    "SetTimer",
+    "TimerKey",
+    "TimerOp",
+    "TimerQueue",
+    "record_from_kv",
+]

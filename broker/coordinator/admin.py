@@ -1,0 +1,76 @@
+"""DescribeGroups, ListGroups (reference §11) and DeleteGroups (§10.4)."""
+
+from __future__ import annotations
+
+from broker.coordinator.engine import Engine
+from broker.coordinator.events import DELETE_GROUPS
+from broker.coordinator.group import Group
+from broker.coordinator.outputs import RequestContext
+from broker.coordinator.state import BY_NAME_LOWER, DEAD, EMPTY, STABLE
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedGroupMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+
+
+def handle_describe(engine: Engine, ctx: RequestContext, req: DescribeGroupsRequest) -> None:
+    groups = [describe_group(engine.groups.get(gid), gid) for gid in req.groups]
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, DescribeGroupsResponse(groups=groups))
+
+
+def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
+    if group is None:
+        return DescribedGroup(group_id=group_id, group_state=DEAD.value)
+    stable = group.state is STABLE
+    members = [
+        DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id,
+            client_id=m.client_id, client_host=m.client_host,
+            # metadata only in Stable; the assignment in every state (Kafka)
+            member_metadata=m.metadata_for(group.protocol_name) if stable else b"",
+            member_assignment=m.assignment,
+            last_heartbeat_ms=m.last_heartbeat_ms, poll_age_ms=m.poll_age_ms)
+        for m in group.members.values()
+    ]
+    return DescribedGroup(
+        group_id=group.group_id, group_state=group.state.value,
+        protocol_type=group.protocol_type or "",
+        protocol_data=(group.protocol_name or "") if stable else "",
+        generation_id=group.generation_id, leader_id=group.leader_id, members=members,
+        rebalances=group.history.to_messages())
+
+
+def handle_list(engine: Engine, ctx: RequestContext, req: ListGroupsRequest) -> None:
+    wanted = {BY_NAME_LOWER.get(name.lower()) for name in req.states_filter}
+    listed = [
+        ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
+                    group_state=g.state.value)
+        for g in sorted(engine.groups.values(), key=lambda g: g.group_id)
+        if not req.states_filter or g.state in wanted
+    ]
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, ListGroupsResponse(groups=listed))
+
+
+def handle_delete(engine: Engine, ctx: RequestContext, req: DeleteGroupsRequest,
+                  now_ms: int) -> None:
+    results: list[DeletableGroupResult] = []
+    for group_id in req.groups_names:
+        group = engine.groups.get(group_id)
+        if group is None or group.state is DEAD:
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+        elif group.state is not EMPTY:
+            code = ErrorCode.NON_EMPTY_GROUP
+        else:
+            engine.delete_group(group, now_ms, DELETE_GROUPS)
+            code = ErrorCode.NONE
+        results.append(DeletableGroupResult(group_id=group_id, error_code=code))
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, DeleteGroupsResponse(results=results))

@@ -1,0 +1,152 @@
+"""The coordinator the broker shell drives: requests, timer expiries and closed
+connections in, :class:`Result` out. Time is always an argument; nothing here does I/O."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from broker.coordinator import expiry, loading
+from broker.coordinator.admin import handle_delete, handle_describe, handle_list
+from broker.coordinator.config import CoordinatorConfig
+from broker.coordinator.engine import Engine
+from broker.coordinator.fencing import not_owned
+from broker.coordinator.heartbeat import handle_heartbeat
+from broker.coordinator.join import handle_join
+from broker.coordinator.leave import handle_leave
+from broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
+from broker.coordinator.outputs import FetchCheck, RequestContext, Result
+from broker.coordinator.records import GroupRecord
+from broker.coordinator.state import DEAD, GroupState
+from broker.coordinator.sync import handle_sync
+from broker.coordinator.timers import TimerKey
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FetchGroup,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    Request,
+    SyncGroupRequest,
+)
+
+_NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
+FETCH_OK: Final = FetchCheck(ErrorCode.NONE, _NOTHING)
+_FETCH_UNKNOWN: Final = FetchCheck(ErrorCode.UNKNOWN_MEMBER_ID, _NOTHING)
+_FETCH_FENCED: Final = FetchCheck(ErrorCode.FENCED_INSTANCE_ID, _NOTHING)
+
+
+def _uuid_hex() -> str:
+    return uuid.uuid4().hex
+
+
+class Coordinator:
+    """Kafka's classic group coordinator plus PROTOCOL.md §7's extensions.
+
+    Deterministic where Kafka is not: a leader that leaves hands over to the earliest
+    remaining member; at the end of a join phase a leader that did not re-join is replaced
+    by the earliest-joined member that did; a protocol vote tie goes to the tied name
+    first in the leader's preference order.
+    """
+
+    def __init__(self, config: CoordinatorConfig,
+                 partition_count: Callable[[str], int | None],
+                 new_uuid: Callable[[], str] = _uuid_hex) -> None:
+        self.config = config
+        self._engine = Engine(config, partition_count, new_uuid)
+
+    # --- inputs ---------------------------------------------------------------------
+
+    def handle(self, ctx: RequestContext, request: Request, now_ms: int) -> Result:
+        """One group API request. Its reply may be absent (parked) and come later."""
+        engine = self._engine
+        engine.out.reset()
+        match request:
+            case HeartbeatRequest():
+                handle_heartbeat(engine, ctx, request, now_ms)
+            case JoinGroupRequest():
+                handle_join(engine, ctx, request, now_ms)
+            case SyncGroupRequest():
+                handle_sync(engine, ctx, request, now_ms)
+            case OffsetCommitRequest():
+                handle_offset_commit(engine, ctx, request, now_ms)
+            case OffsetFetchRequest():
+                handle_offset_fetch(engine, ctx, request)
+            case LeaveGroupRequest():
+                handle_leave(engine, ctx, request, now_ms)
+            case DescribeGroupsRequest():
+                handle_describe(engine, ctx, request)
+            case ListGroupsRequest():
+                handle_list(engine, ctx, request)
+            case DeleteGroupsRequest():
+                handle_delete(engine, ctx, request, now_ms)
+            case _:
+                raise TypeError(f"not a group API request: {type(request).__name__}")
+        return engine.out.build()
+
+    def expire(self, key: TimerKey, now_ms: int) -> Result:
+        """A timer the coordinator asked for is due."""
+        engine = self._engine
+        engine.out.reset()
+        expiry.expire(engine, key, now_ms)
+        return engine.out.build()
+
+    def connection_closed(self, conn_id: int, now_ms: int) -> Result:
+        """Requests parked on the connection are dropped unanswered; members left with no
+        connection get the reconnect grace (dynamic) or keep their session (static)."""
+        engine = self._engine
+        engine.out.reset()
+        expiry.connection_closed(engine, conn_id, now_ms)
+        return engine.out.build()
+
+    def check_fetch(self, group: FetchGroup,
+                    partitions: Iterable[tuple[str, int]]) -> FetchCheck:
+        """Ownership fencing of a Fetch with group context (PROTOCOL.md §7.2)."""
+        if not self.config.ownership_fencing:
+            return FETCH_OK
+        g = self._engine.groups.get(group.group_id)
+        if g is None or g.state is DEAD:
+            return _FETCH_UNKNOWN
+        code = g.validate_member(group.member_id, group.group_instance_id)
+        if code is ErrorCode.FENCED_INSTANCE_ID:
+            return _FETCH_FENCED
+        if code is not ErrorCode.NONE:
+            return _FETCH_UNKNOWN
+        if not g.is_consumer:
+            return FETCH_OK
+        refused = not_owned(g.members[group.member_id], partitions, releasing=False)
+        return FetchCheck(ErrorCode.NONE, refused) if refused else FETCH_OK
+
+    def load(self, records: Iterable[GroupRecord], now_ms: int) -> None:
+        """Rebuild groups and offsets from persisted records, in log order."""
+        loading.load(self._engine, records, now_ms)
+
+    def start(self, now_ms: int) -> Result:
+        """Arm the retention sweep and the session timers of restored members."""
+        engine = self._engine
+        engine.out.reset()
+        loading.start(engine, now_ms)
+        return engine.out.build()
+
+    # --- read-only views ------------------------------------------------------------
+
+    def group_counts_by_state(self) -> dict[str, int]:
+        counts = {state.value: 0 for state in GroupState if state is not DEAD}
+        for group in self._engine.groups.values():
+            counts[group.state.value] = counts.get(group.state.value, 0) + 1
+        return counts
+
+    def member_count(self) -> int:
+        return sum(len(g.members) for g in self._engine.groups.values())
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        return {tp: c.offset for tp, c in self._engine.offsets.of(group_id).items()}
+
+    def group_ids(self) -> list[str]:
+        return list(self._engine.groups)

@@ -1,0 +1,79 @@
+"""LeaveGroup (reference §7): a batch of identities, each answered on its own; any
+successful removal (pending ids included) moves the group on, as in Kafka."""
+
+from __future__ import annotations
+
+from broker.coordinator.engine import Engine, cut_reason
+from broker.coordinator.group import Group
+from broker.coordinator.history import MEMBER_LEFT, Cause
+from broker.coordinator.outputs import RequestContext
+from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
+from broker.coordinator.timers import session_key
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    LeaveGroupMemberResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+)
+
+
+def handle_leave(engine: Engine, ctx: RequestContext, req: LeaveGroupRequest, now_ms: int) -> None:
+    out = engine.out
+    if not req.group_id:
+        out.reply(ctx.conn_id, ctx.correlation_id,
+                  LeaveGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID))
+        return
+    group = engine.groups.get(req.group_id)
+    if group is None:
+        out.reply(ctx.conn_id, ctx.correlation_id, LeaveGroupResponse(members=[
+            _answer(identity, ErrorCode.UNKNOWN_MEMBER_ID) for identity in req.members]))
+        return
+    if group.state is DEAD:
+        out.reply(ctx.conn_id, ctx.correlation_id,
+                  LeaveGroupResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        return
+    answers: list[LeaveGroupMemberResponse] = []
+    cause: Cause | None = None
+    for identity in req.members:
+        code, left = _leave_one(engine, group, identity, now_ms)
+        answers.append(_answer(identity, code))
+        if code is ErrorCode.NONE and cause is None:
+            cause = Cause(MEMBER_LEFT, cut_reason(identity.reason), left)
+    if cause is not None:
+        if group.state is STABLE or group.state is COMPLETING_REBALANCE:
+            engine.maybe_prepare_or_complete(group, now_ms, cause)
+        elif group.state is PREPARING_REBALANCE:
+            engine.maybe_complete_join_phase(group, now_ms)
+    out.reply(ctx.conn_id, ctx.correlation_id, LeaveGroupResponse(members=answers))
+
+
+def _answer(identity: MemberIdentity, code: ErrorCode) -> LeaveGroupMemberResponse:
+    return LeaveGroupMemberResponse(member_id=identity.member_id,
+                                    group_instance_id=identity.group_instance_id,
+                                    error_code=code)
+
+
+def _leave_one(engine: Engine, group: Group, identity: MemberIdentity,
+               now_ms: int) -> tuple[ErrorCode, str | None]:
+    """Returns the outcome and the id actually removed."""
+    member_id = identity.member_id
+    instance_id = identity.group_instance_id
+    if member_id == "":
+        # administrative removal of a static member by instance id
+        mapped = group.static_members.get(instance_id) if instance_id is not None else None
+        if mapped is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, None
+        member_id = mapped
+    elif member_id in group.pending_join:
+        engine.out.cancel_timer(session_key(group.group_id, member_id))
+        group.remove(member_id)
+        return ErrorCode.NONE, member_id
+    else:
+        code = group.validate_member(member_id, instance_id)
+        if code is not ErrorCode.NONE:
+            return code, None
+    member = group.members[member_id]
+    engine.emit_member("member_left", group, member, now_ms, cut_reason(identity.reason))
+    engine.remove_member(group, member)
+    return ErrorCode.NONE, member_id

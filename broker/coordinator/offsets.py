@@ -1,0 +1,67 @@
+"""Committed offsets per group and the retention rules that expire them (reference §10.3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.coordinator.group import Group
+from broker.coordinator.member import TP
+from broker.coordinator.state import EMPTY, STABLE
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_ms: int
+
+
+class OffsetStore:
+    """group -> partition -> last committed offset."""
+
+    __slots__ = ("_by_group",)
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, dict[TP, CommittedOffset]] = {}
+
+    def commit(self, group_id: str, tp: TP, value: CommittedOffset) -> None:
+        self._by_group.setdefault(group_id, {})[tp] = value
+
+    def delete(self, group_id: str, tp: TP) -> None:
+        offsets = self._by_group.get(group_id)
+        if offsets is not None:
+            offsets.pop(tp, None)
+            if not offsets:
+                del self._by_group[group_id]
+
+    def of(self, group_id: str) -> dict[TP, CommittedOffset]:
+        return self._by_group.get(group_id, {})
+
+    def has_offsets(self, group_id: str) -> bool:
+        return group_id in self._by_group
+
+    def drop_group(self, group_id: str) -> list[TP]:
+        return sorted(self._by_group.pop(group_id, {}))
+
+
+def expired_offsets(group: Group, offsets: dict[TP, CommittedOffset], now_ms: int,
+                    retention_ms: int) -> list[TP]:
+    """Kafka's expiration condition for a classic group:
+
+    * no protocol type (a "simple" group): ``now - commit time >= retention``;
+    * Empty with a protocol type: ``now - time it became Empty >= retention``;
+    * Stable "consumer" group with known subscriptions: unsubscribed topics' offsets by
+      commit time;
+    * anything else (rebalancing, other protocol types while not Empty): nothing.
+    """
+    if group.protocol_type is None:
+        return [tp for tp, o in offsets.items() if now_ms - o.commit_ms >= retention_ms]
+    if group.state is EMPTY:
+        if now_ms - group.state_ms >= retention_ms:
+            return list(offsets)
+        return []
+    if group.state is STABLE and group.is_consumer and group.subscribed_topics is not None:
+        subscribed = group.subscribed_topics
+        return [tp for tp, o in offsets.items()
+                if tp[0] not in subscribed and now_ms - o.commit_ms >= retention_ms]
+    return []

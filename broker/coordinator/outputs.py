@@ -1,0 +1,94 @@
+"""What the coordinator returns: replies, timers, records and events, all plain data.
+
+The shell executes a :class:`Result` in order: arm timers, emit events, write records,
+and only once they are durable send the replies. Handlers append to one reusable
+:class:`Outputs` builder, so the common heartbeat costs one reply and one timer op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.coordinator.events import GroupEvent
+from broker.coordinator.records import GroupRecord
+from broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp
+from protocol.errors import ErrorCode
+from protocol.messages import Response
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Where a request came from: the shell's connection number and the envelope."""
+
+    conn_id: int
+    correlation_id: int
+    client_id: str
+    client_host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Send ``response`` on connection ``conn_id`` under ``correlation_id``."""
+
+    conn_id: int
+    correlation_id: int
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Everything one input produced. Replies go out only after ``records`` are durable."""
+
+    replies: tuple[Reply, ...] = ()
+    timers: tuple[TimerOp, ...] = ()
+    records: tuple[GroupRecord, ...] = ()
+    events: tuple[GroupEvent, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.replies or self.timers or self.records or self.events)
+
+
+EMPTY_RESULT = Result()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchCheck:
+    """Verdict on a fenced Fetch (PROTOCOL.md §7.2): a top-level error, or the refused set."""
+
+    error_code: ErrorCode
+    not_owned: frozenset[tuple[str, int]]
+
+
+class Outputs:
+    """Mutable collector behind every entry point; :meth:`build` empties it."""
+
+    __slots__ = ("replies", "timers", "records", "events")
+
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.timers: list[TimerOp] = []
+        self.records: list[GroupRecord] = []
+        self.events: list[GroupEvent] = []
+
+    def reply(self, conn_id: int, correlation_id: int, response: Response) -> None:
+        self.replies.append(Reply(conn_id, correlation_id, response))
+
+    def set_timer(self, key: TimerKey, deadline_ms: int) -> None:
+        self.timers.append(SetTimer(key, deadline_ms))
+
+    def cancel_timer(self, key: TimerKey) -> None:
+        self.timers.append(CancelTimer(key))
+
+    def reset(self) -> None:
+        self.replies.clear()
+        self.timers.clear()
+        self.records.clear()
+        self.events.clear()
+
+    def build(self) -> Result:
+        if not (self.replies or self.timers or self.records or self.events):
+            return EMPTY_RESULT
+        result = Result(tuple(self.replies), tuple(self.timers), tuple(self.records),
+                        tuple(self.events))
+        self.reset()
+        return result

@@ -1,0 +1,193 @@
+"""Records the coordinator needs made durable, and their key/value encoding.
+
+A record's key names what it overwrites (kind + group, + topic + partition for offsets), so
+the offsets log can be compacted by key; a ``None`` value is a tombstone. The shell stores
+them in ``__consumer_offsets`` and replays them through ``Coordinator.load`` at start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+
+_OFFSET: Final = "offset"
+_GROUP: Final = "group"
+_VERSION: Final = 0
+
+
+def _pack(obj: object) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRecord:
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    commit_ms: int
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        key = _pack([_OFFSET, self.group_id, self.topic, self.partition])
+        value = {"v": _VERSION, "offset": self.offset, "metadata": self.metadata,
+                 "commit_ms": self.commit_ms}
+        return key, _pack(value)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRecord:
+    group_id: str
+    topic: str
+    partition: int
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        return _pack([_OFFSET, self.group_id, self.topic, self.partition]), None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "client_id": self.client_id,
+            "client_host": self.client_host,
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "protocols": [[name, meta] for name, meta in self.protocols],
+            "assignment": self.assignment,
+        }
+
+    @classmethod
+    def from_value(cls, v: dict[str, Any]) -> MemberRecord:
+        return cls(
+            member_id=_str(v["member_id"]),
+            group_instance_id=_opt_str(v["group_instance_id"]),
+            client_id=_str(v["client_id"]),
+            client_host=_str(v["client_host"]),
+            session_timeout_ms=_int(v["session_timeout_ms"]),
+            rebalance_timeout_ms=_int(v["rebalance_timeout_ms"]),
+            protocols=tuple((_str(name), _bin(meta)) for name, meta in v["protocols"]),
+            assignment=_bin(v["assignment"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataRecord:
+    group_id: str
+    protocol_type: str | None
+    protocol_name: str | None
+    generation_id: int
+    leader_id: str | None
+    state: str
+    state_ms: int
+    members: tuple[MemberRecord, ...]
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        value = {
+            "v": _VERSION,
+            "protocol_type": self.protocol_type,
+            "protocol_name": self.protocol_name,
+            "generation_id": self.generation_id,
+            "leader_id": self.leader_id,
+            "state": self.state,
+            "state_ms": self.state_ms,
+            "members": [m.to_value() for m in self.members],
+        }
+        return _pack([_GROUP, self.group_id]), _pack(value)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleteRecord:
+    group_id: str
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        return _pack([_GROUP, self.group_id]), None
+
+
+GroupRecord = OffsetCommitRecord | OffsetDeleteRecord | GroupMetadataRecord | GroupDeleteRecord
+
+
+def record_from_kv(key: bytes, value: bytes | None) -> GroupRecord:
+    """Decode what :meth:`to_kv` produced; anything else raises ``ValueError``."""
+    try:
+        return _decode(key, value)
+    except ValueError:
+        raise
+    except Exception as exc:  # KeyError, TypeError, msgpack's own errors
+        raise ValueError(f"unreadable group record: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(key: bytes, value: bytes | None) -> GroupRecord:
+    k = _unpack(key)
+    if not isinstance(k, list) or not k:
+        raise ValueError("group record key is not a non-empty array")
+    kind = k[0]
+    if kind == _OFFSET and len(k) == 4:
+        group_id, topic, partition = _str(k[1]), _str(k[2]), _int(k[3])
+        if value is None:
+            return OffsetDeleteRecord(group_id, topic, partition)
+        v = _map(_unpack(value))
+        return OffsetCommitRecord(group_id, topic, partition, offset=_int(v["offset"]),
+                                  metadata=_str(v["metadata"]), commit_ms=_int(v["commit_ms"]))
+    if kind == _GROUP and len(k) == 2:
+        group_id = _str(k[1])
+        if value is None:
+            return GroupDeleteRecord(group_id)
+        v = _map(_unpack(value))
+        return GroupMetadataRecord(
+            group_id=group_id,
+            protocol_type=_opt_str(v["protocol_type"]),
+            protocol_name=_opt_str(v["protocol_name"]),
+            generation_id=_int(v["generation_id"]),
+            leader_id=_opt_str(v["leader_id"]),
+            state=_str(v["state"]),
+            state_ms=_int(v["state_ms"]),
+            members=tuple(MemberRecord.from_value(_map(m)) for m in v["members"]),
+        )
+    raise ValueError(f"unknown group record key {k!r}")
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+
+
+def _map(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ValueError("group record value is not a map")
+    return v
+
+
+def _str(v: Any) -> str:
+    if type(v) is not str:
+        raise ValueError(f"expected str, got {type(v).__name__}")
+    return v
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else _str(v)
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise ValueError(f"expected int, got {type(v).__name__}")
+    return v
+
+
+def _bin(v: Any) -> bytes:
+    if type(v) is not bytes:
+        raise ValueError(f"expected bin, got {type(v).__name__}")
+    return v

@@ -1,0 +1,79 @@
+"""SyncGroup (reference §5): followers wait, the leader's assignment is applied to all."""
+
+from __future__ import annotations
+
+from broker.coordinator.engine import Engine
+from broker.coordinator.fencing import install_ownership
+from broker.coordinator.group import Group
+from broker.coordinator.outputs import RequestContext
+from broker.coordinator.parking import SYNC, Address
+from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE
+from protocol.errors import ErrorCode
+from protocol.messages import SyncGroupRequest, SyncGroupResponse
+
+
+def handle_sync(engine: Engine, ctx: RequestContext, req: SyncGroupRequest, now_ms: int) -> None:
+    out = engine.out
+    code = _validate(engine, ctx, req)
+    if code is not ErrorCode.NONE:
+        out.reply(ctx.conn_id, ctx.correlation_id, SyncGroupResponse(error_code=code))
+        return
+    group = engine.groups[req.group_id]
+    member = group.members[req.member_id]
+    if group.state is COMPLETING_REBALANCE:
+        engine.parking.park(SYNC, group.group_id, member.member_id,
+                            Address(ctx.conn_id, ctx.correlation_id))
+        _remove_pending_sync(engine, group, member.member_id)
+        if member.member_id == group.leader_id:
+            _apply_leader_assignment(engine, group, req, now_ms)
+    elif group.state is STABLE:
+        _remove_pending_sync(engine, group, member.member_id)
+        out.reply(ctx.conn_id, ctx.correlation_id, SyncGroupResponse(
+            protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+            assignment=member.assignment))
+    else:  # PreparingRebalance: re-join first
+        out.reply(ctx.conn_id, ctx.correlation_id,
+                  SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
+
+
+def _validate(engine: Engine, ctx: RequestContext, req: SyncGroupRequest) -> ErrorCode:
+    if not req.group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    group = engine.groups.get(req.group_id)
+    if group is None or group.state is EMPTY:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if group.state is DEAD:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    code = group.validate_member(req.member_id, req.group_instance_id)
+    if code is not ErrorCode.NONE:
+        return code
+    engine.attach(ctx.conn_id, group.group_id, group.members[req.member_id])
+    if req.generation_id != group.generation_id:
+        return ErrorCode.ILLEGAL_GENERATION
+    if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(
+            req.protocol_name, group.protocol_name):
+        return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    return ErrorCode.NONE
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    """Only fields the client gave are checked (Kafka's ``isProtocolInconsistent``)."""
+    return requested is not None and current is not None and requested != current
+
+
+def _remove_pending_sync(engine: Engine, group: Group, member_id: str) -> None:
+    group.pending_sync.discard(member_id)
+    if not group.pending_sync:
+        engine.cancel_sync_timer(group)
+
+
+def _apply_leader_assignment(engine: Engine, group: Group, req: SyncGroupRequest,
+                             now_ms: int) -> None:
+    """Members the leader left out get an empty assignment; unknown ids are ignored."""
+    assignments = {a.member_id: a.assignment for a in req.assignments}
+    for member in group.members.values():
+        member.assignment = assignments.get(member.member_id, b"")
+    install_ownership(group)
+    engine.propagate_assignment(group, ErrorCode.NONE, now_ms)
+    engine.transition(group, STABLE, now_ms)
+    engine.persist(group)
