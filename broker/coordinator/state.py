@@ -49,6 +49,17 @@ class IllegalTransitionError(RuntimeError):
     """The coordinator tried a move the table forbids: a bug in the coordinator."""
 
 
+def diagram() -> str:
+    """A Mermaid state diagram drawn from :data:`PREDECESSORS`, for the docs."""
+    lines = ["stateDiagram-v2", f"    [*] --> {EMPTY.value}"]
+    for target in GroupState:
+        for source in sorted(PREDECESSORS[target], key=lambda s: s.value):
+            if target is DEAD and source is DEAD:
+                continue
+            lines.append(f"    {source.value} --> {target.value}")
+    return "\n".join(lines) + "\n"
+
+
 def check_transition(current: GroupState, target: GroupState) -> None:
     if current not in PREDECESSORS[target]:
         raise IllegalTransitionError(f"illegal group transition {current.value} -> {target.value}")

@@ -317,3 +317,21 @@ def test_static_member_parked_in_join_gets_a_full_session_when_its_connection_di
     assert ("session", "g", s.member_id) not in sim.timers
     sim.close(s.conn)
     assert sim.timer_deadline(("session", "g", s.member_id)) == sim.now + 3000
+
+
+def test_session_expiry_during_preparing_rebalance_completes_the_phase() -> None:
+    sim = Sim()
+    a = Member(sim, client_id="a", rebalance_timeout_ms=60_000)
+    b = Member(sim, client_id="b", rebalance_timeout_ms=60_000, session_timeout_ms=3000)
+    leader = form_group(sim, [a, b])
+    assert leader is a
+    t0 = sim.now
+    a.send_join()  # b neither heartbeats nor re-joins
+    sim.advance_to(t0 + 2999)
+    assert a.join_response() is None
+    sim.advance(1)  # b's session ends long before the 60 s rebalance timeout
+    resp = a.join_response()
+    assert resp is not None and resp.generation_id == 2
+    assert [x.member_id for x in resp.members] == [a.member_id]
+    assert [(e.member_id, e.reason) for e in sim.events_of("member_expired")] == [
+        (b.member_id, "session-expired")]

@@ -228,6 +228,13 @@ class GroupMachine(RuleBasedStateMachine):
         for pending_id, deadline in group.pending_join.items():
             assert deadline >= now
             assert self.sim.timer_deadline(("session", "g", pending_id)) == deadline
+        # no timer outlives what it guards
+        if group.state is not PREPARING_REBALANCE:
+            assert group.join_key not in self.sim.timers
+        if group.sync_deadline is None or not group.pending_sync:
+            assert ("sync", "g", str(group.generation_id)) not in self.sim.timers
+        armed_polls = {k for k in self.sim.timers._live if k[0] == "hbwait"}
+        assert armed_polls == set(engine.parking._by_timer)
         # no partition owned twice
         owned: dict[tuple[str, int], str] = {}
         for m in members.values():
