@@ -1,0 +1,236 @@
+"""The SDK's exceptions, rooted at :class:`GroupwireError`.
+
+::
+
+    GroupwireError
+    ├── BrokerResponseError          the broker answered with an error code (``code``)
+    │   └── one subclass per ErrorCode (``UnknownMemberIdError``,
+    │       ``RebalanceInProgressError`` ...); ``error_for(code)`` picks it
+    ├── CommitFailedError            the commit cannot succeed: membership or generation lost
+    ├── IllegalStateError            the API was used in a way its state does not allow
+    ├── ListenerError                a rebalance-listener callback raised (``__cause__``)
+    └── ClientClosedError            the client was closed
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+
+
+class GroupwireError(Exception):
+    """Root of every exception the SDK raises."""
+
+
+class BrokerResponseError(GroupwireError):
+    code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", *, code: int | None = None) -> None:
+        if code is not None:
+            try:
+                self.code = ErrorCode(code)
+            except ValueError:
+                self.code = ErrorCode.UNKNOWN_SERVER_ERROR
+        self.raw_code = int(code) if code is not None else int(self.code)
+        text = f"{ErrorCode.name_of(self.raw_code)}"
+        super().__init__(f"{text}: {message}" if message else text)
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable
+
+
+class CommitFailedError(GroupwireError):
+    """The group moved on (rebalanced, member removed or fenced): this commit cannot land."""
+
+
+class IllegalStateError(GroupwireError):
+    pass
+
+
+class ListenerError(GroupwireError):
+    """A rebalance-listener callback raised; the original exception is ``__cause__``."""
+
+
+class ClientClosedError(GroupwireError):
+    pass
+
+
+# One class per code, so applications can catch exactly what they handle.
+
+
+class UnknownServerErrorError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class CorruptMessageError(BrokerResponseError):
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class RequestTimedOutError(BrokerResponseError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class MessageTooLargeError(BrokerResponseError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class OffsetMetadataTooLargeError(BrokerResponseError):
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class NotCoordinatorError(BrokerResponseError):
+    code = ErrorCode.NOT_COORDINATOR
+
+
+class InvalidTopicExceptionError(BrokerResponseError):
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class IllegalGenerationError(BrokerResponseError):
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocolError(BrokerResponseError):
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupIdError(BrokerResponseError):
+    code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgressError(BrokerResponseError):
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+
+
+class GroupAuthorizationFailedError(BrokerResponseError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class UnsupportedVersionError(BrokerResponseError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidRequestError(BrokerResponseError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class KafkaStorageErrorError(BrokerResponseError):
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class NonEmptyGroupError(BrokerResponseError):
+    code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class UnstableOffsetCommitError(BrokerResponseError):
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+
+
+class PartitionNotOwnedError(BrokerResponseError):
+    code = ErrorCode.PARTITION_NOT_OWNED
+
+
+_BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: UnknownServerErrorError,
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.CORRUPT_MESSAGE: CorruptMessageError,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
+    ErrorCode.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
+    ErrorCode.REQUEST_TIMED_OUT: RequestTimedOutError,
+    ErrorCode.MESSAGE_TOO_LARGE: MessageTooLargeError,
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: OffsetMetadataTooLargeError,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: CoordinatorLoadInProgressError,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: CoordinatorNotAvailableError,
+    ErrorCode.NOT_COORDINATOR: NotCoordinatorError,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: InvalidTopicExceptionError,
+    ErrorCode.ILLEGAL_GENERATION: IllegalGenerationError,
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentGroupProtocolError,
+    ErrorCode.INVALID_GROUP_ID: InvalidGroupIdError,
+    ErrorCode.UNKNOWN_MEMBER_ID: UnknownMemberIdError,
+    ErrorCode.INVALID_SESSION_TIMEOUT: InvalidSessionTimeoutError,
+    ErrorCode.REBALANCE_IN_PROGRESS: RebalanceInProgressError,
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE: InvalidCommitOffsetSizeError,
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: GroupAuthorizationFailedError,
+    ErrorCode.UNSUPPORTED_VERSION: UnsupportedVersionError,
+    ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
+    ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
+    ErrorCode.INVALID_REPLICATION_FACTOR: InvalidReplicationFactorError,
+    ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageErrorError,
+    ErrorCode.NON_EMPTY_GROUP: NonEmptyGroupError,
+    ErrorCode.GROUP_ID_NOT_FOUND: GroupIdNotFoundError,
+    ErrorCode.MEMBER_ID_REQUIRED: MemberIdRequiredError,
+    ErrorCode.GROUP_MAX_SIZE_REACHED: GroupMaxSizeReachedError,
+    ErrorCode.FENCED_INSTANCE_ID: FencedInstanceIdError,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: UnstableOffsetCommitError,
+    ErrorCode.PARTITION_NOT_OWNED: PartitionNotOwnedError,
+}
+
+
+def error_for(code: int, message: str = "") -> BrokerResponseError:
+    """The exception for a broker error code (a generic one for codes we do not know)."""
+    try:
+        cls = _BY_CODE.get(ErrorCode(code), BrokerResponseError)
+    except ValueError:
+        cls = BrokerResponseError
+    return cls(message, code=code)

@@ -1,0 +1,61 @@
+"""Value types the SDK hands to applications (familiar to aiokafka users)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed record; ``timestamp_ms`` is the producer's create time."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed position: the offset of the *next* record to read, as in Kafka."""
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a produced record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int = -1
+
+
+def parse_bootstrap(bootstrap: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9092"`` or a list of ``"host:port"`` -> ``[(host, port), ...]``."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        text = item.strip()
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap: expected HOST:PORT, got {text!r}")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("bootstrap: no address given")
+    return out
