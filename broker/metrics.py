@@ -7,13 +7,19 @@ timer ever walks all groups.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from protocol.errors import ErrorCode
 from protocol.messages import RESPONSE_TYPES, ApiKey
@@ -72,15 +78,58 @@ class _StateCollector(Collector):
         yield lag
 
 
+class RequestStats(Collector):
+    """Requests by api and error, and latency per api, kept as plain ints.
+
+    The request path is the broker's hottest; prometheus-client's labelled metrics take a
+    lock and a label lookup per update, so the counts live here and are turned into a
+    counter and a histogram only when Prometheus scrapes.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[int, int], int] = {}
+        self._buckets: dict[int, list[int]] = {}
+        self._sums: dict[int, float] = {}
+
+    def answered(self, api_key: int, error_code: int, seconds: float) -> None:
+        key = (api_key, error_code)
+        counts = self._counts
+        counts[key] = counts.get(key, 0) + 1
+        buckets = self._buckets.get(api_key)
+        if buckets is None:
+            buckets = self._buckets[api_key] = [0] * (len(LATENCY_BUCKETS) + 1)
+            self._sums[api_key] = 0.0
+        buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self._sums[api_key] += seconds
+
+    def count(self, api_key: int, error_code: int) -> int:
+        return self._counts.get((api_key, error_code), 0)
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("groupwire_requests",
+                                       "Requests answered, by api and error",
+                                       labels=["api", "error"])
+        for (api_key, code), n in sorted(self._counts.items()):
+            requests.add_metric([_api_name(api_key), ErrorCode.name_of(code)], n)
+        yield requests
+        latency = HistogramMetricFamily("groupwire_request_latency_seconds",
+                                        "Time from a request's arrival to its answer",
+                                        labels=["api"])
+        for api_key, buckets in sorted(self._buckets.items()):
+            cumulative, total = [], 0
+            for bound, n in zip((*LATENCY_BUCKETS, float("inf")), buckets, strict=True):
+                total += n
+                cumulative.append((floatToGoString(bound), total))
+            latency.add_metric([_api_name(api_key)], cumulative, self._sums[api_key])
+        yield latency
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("groupwire_requests", "Requests answered, by api and error",
-                                ["api", "error"], registry=r)
-        self.latency = Histogram("groupwire_request_latency_seconds",
-                                 "Time from a request's arrival to its answer", ["api"],
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = RequestStats()
+        r.register(self.requests)
         self.connections = Gauge("groupwire_connections", "Open client connections",
                                  registry=r)
         self.connections_accepted = Counter("groupwire_connections_accepted",
@@ -104,18 +153,8 @@ class BrokerMetrics:
         self.storage_errors = Counter("groupwire_storage_errors", "Failed log writes",
                                       registry=r)
 
-        self._per_answer: dict[tuple[int, int], tuple[Any, Any]] = {}
-
     def answered(self, api_key: int, error_code: int, seconds: float) -> None:
-        """Count one answered request; label lookups are cached (hot path)."""
-        children = self._per_answer.get((api_key, error_code))
-        if children is None:
-            api = _api_name(api_key)
-            children = (self.requests.labels(api, ErrorCode.name_of(error_code)),
-                        self.latency.labels(api))
-            self._per_answer[(api_key, error_code)] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self.requests.answered(api_key, error_code, seconds)
 
     def watch(self, views: StateViews) -> None:
         self.registry.register(_StateCollector(views, self))

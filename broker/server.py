@@ -12,12 +12,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgpack
 
 from broker.config import BrokerSettings
 from broker.connection import ClientConnection
-from broker.coordinator import Coordinator, RequestContext, Result, TimerQueue
+from broker.coordinator import (
+    CancelTimer,
+    Coordinator,
+    RequestContext,
+    Result,
+    SetTimer,
+    TimerQueue,
+)
 from broker.coordinator.events import GroupEvent
 from broker.coordinator.records import record_from_kv
 from broker.durability import Durability
@@ -81,6 +89,7 @@ class Broker:
         self._durability: Durability | None = None
         self._fetches: FetchManager | None = None
         self._topics: TopicApis | None = None
+        self._handlers: dict[type, Callable[..., None]] = {}
         self._retention_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._closing = False
@@ -112,6 +121,7 @@ class Broker:
         self._durability = Durability(store, settings.storage_config().fsync,
                                       settings.flush_interval_ms, self._fetches.wake)
         self._durability.start()
+        self._handlers = self._topic_handlers(self._topics)
         self.execute(coordinator.start(now))
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -270,42 +280,52 @@ class Broker:
 
     def _dispatch(self, conn: ClientConnection, cid: int, client_id: str,
                   request: Request) -> None:
-        topics = self._topics
-        assert topics is not None and self.coordinator is not None
-        assert self._fetches is not None and self._durability is not None
-        if isinstance(request, FetchRequest):
-            self._fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
-        elif isinstance(request, ProduceRequest):
+        handler = self._handlers.get(type(request))
+        if handler is not None:
+            handler(conn, cid, request)
+            return
+        coordinator = self.coordinator
+        assert coordinator is not None
+        ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
+        self.execute(coordinator.handle(ctx, request, self.clock()))
+
+    def _topic_handlers(self, topics: TopicApis) -> dict[type, Callable[..., None]]:
+        """Non-group APIs by request type; everything else goes to the coordinator."""
+        durability, fetches = self._durability, self._fetches
+        assert durability is not None and fetches is not None
+
+        def produce(conn: ClientConnection, cid: int, request: ProduceRequest) -> None:
             response, wrote = topics.produce(request)
-            if wrote:
-                self._durability.after_write(
-                    lambda err: conn.reply(cid, response if err is None
-                                           else _storage_failed_produce(response, err)))
-            else:
+            if not wrote:
                 conn.reply(cid, response)
-        elif isinstance(request, ApiVersionsRequest):
-            conn.reply(cid, topics.api_versions())
-        elif isinstance(request, MetadataRequest):
-            conn.reply(cid, topics.metadata(request))
-        elif isinstance(request, FindCoordinatorRequest):
-            conn.reply(cid, topics.find_coordinator(request))
-        elif isinstance(request, ListOffsetsRequest):
-            conn.reply(cid, topics.list_offsets(request))
-        elif isinstance(request, CreateTopicsRequest):
-            conn.reply(cid, topics.create_topics(request))
-        elif isinstance(request, CreatePartitionsRequest):
-            conn.reply(cid, topics.create_partitions(request))
-        else:
-            ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
-            self.execute(self.coordinator.handle(ctx, request, self.clock()))
+                return
+            durability.after_write(
+                lambda err: conn.reply(cid, response if err is None
+                                       else _storage_failed_produce(response, err)))
+
+        def fetch(conn: ClientConnection, cid: int, request: FetchRequest) -> None:
+            fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
+
+        def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
+            return lambda conn, cid, request: conn.reply(cid, api(request))
+
+        return {
+            ProduceRequest: produce,
+            FetchRequest: fetch,
+            ApiVersionsRequest: answer(lambda _: topics.api_versions()),
+            MetadataRequest: answer(topics.metadata),
+            FindCoordinatorRequest: answer(topics.find_coordinator),
+            ListOffsetsRequest: answer(topics.list_offsets),
+            CreateTopicsRequest: answer(topics.create_topics),
+            CreatePartitionsRequest: answer(topics.create_partitions),
+        }
 
     # --- executing coordinator results --------------------------------------------------
 
     def execute(self, result: Result) -> None:
         """Do what the coordinator decided: persist, then answer; arm timers; emit events."""
         if result.timers:
-            self._timers.apply(result.timers)
-            self._reschedule()
+            self._apply_timers(result.timers)
         if result.events:
             self._emit(result.events)
         if result.records:
@@ -379,18 +399,32 @@ class Broker:
 
     # --- the one timer ------------------------------------------------------------------
 
-    def _reschedule(self) -> None:
-        deadline = self._timers.next_deadline()
-        if deadline == self._timer_deadline:
-            return
+    def _apply_timers(self, ops: tuple[SetTimer | CancelTimer, ...]) -> None:
+        """Queue the coordinator's timer operations; wake earlier only if one needs it.
+
+        A cancelled or pushed-back deadline leaves the wake-up where it is: waking for
+        nothing is harmless, and re-arming a session timer on every heartbeat then costs
+        a heap push and no event-loop timer churn.
+        """
+        earliest = self._timer_deadline
+        for op in ops:
+            if type(op) is SetTimer:
+                self._timers.set(op.key, op.deadline_ms)
+                if earliest is None or op.deadline_ms < earliest:
+                    earliest = op.deadline_ms
+            else:
+                self._timers.cancel(op.key)
+        if earliest != self._timer_deadline:
+            self._wake_at(earliest)
+
+    def _wake_at(self, deadline: int | None) -> None:
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
         self._timer_deadline = deadline
-        if deadline is None:
-            return
-        delay = max(0.0, (deadline - self.clock()) / 1000)
-        self._timer_handle = asyncio.get_running_loop().call_later(delay, self._fire_timers)
+        if deadline is not None:
+            delay = max(0.0, (deadline - self.clock()) / 1000)
+            self._timer_handle = asyncio.get_running_loop().call_later(delay, self._fire_timers)
 
     def _fire_timers(self) -> None:
         self._timer_handle = None
@@ -400,7 +434,7 @@ class Broker:
         now = self.clock()
         for key in self._timers.pop_due(now):
             self.execute(coordinator.expire(key, now))
-        self._reschedule()
+        self._wake_at(self._timers.next_deadline())
 
 
 def _storage_failed_produce(response: ProduceResponse, error: Exception) -> ProduceResponse:
