@@ -43,6 +43,7 @@ class BrokerSettings:
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300000
     offsets_topic_num_partitions: int = 50
+    offsets_compact_min_records: int = 10000
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
@@ -130,6 +131,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_retention_check_interval_ms", "how often topic retention runs", _at_least(1)),
     Option("offsets_topic_num_partitions",
            "__consumer_offsets partitions (fixed when the data dir is created)", _at_least(1)),
+    Option("offsets_compact_min_records",
+           "compact a __consumer_offsets partition once it holds this many records and "
+           "more than twice its live keys", _at_least(10)),
     Option("group_initial_rebalance_delay_ms",
            "wait for more members before the first rebalance of an empty group", _at_least(0)),
     Option("group_min_session_timeout_ms", "smallest session timeout a member may ask for",

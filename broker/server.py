@@ -27,16 +27,15 @@ from broker.coordinator import (
     TimerQueue,
 )
 from broker.coordinator.events import GroupEvent
-from broker.coordinator.records import record_from_kv
 from broker.durability import Durability
 from broker.fetch import FetchManager
 from broker.logs import get_logger
 from broker.metrics import BrokerMetrics, StateViews
+from broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
 from broker.storage import TopicStore
 from broker.storage.errors import StorageError
 from broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from protocol.errors import ErrorCode
-from protocol.hashing import coordinator_partition
 from protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -59,7 +58,6 @@ from protocol.messages import (
 
 log = get_logger("groupwire.broker")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 EVENTS_TOPIC = "__group_events"
 
 
@@ -87,6 +85,7 @@ class Broker:
         self._port = settings.port
         self.metrics_port: int | None = None
         self._durability: Durability | None = None
+        self._offsets_log: OffsetsLog | None = None
         self._fetches: FetchManager | None = None
         self._topics: TopicApis | None = None
         self._handlers: dict[type, Callable[..., None]] = {}
@@ -110,7 +109,9 @@ class Broker:
             log.warning("log_recovered", **report)
         coordinator = Coordinator(settings.coordinator_config(), store.partition_count)
         self.coordinator = coordinator
-        records = list(self._read_group_records(store))
+        self._offsets_log = OffsetsLog(
+            store, compact_min_records=settings.offsets_compact_min_records)
+        records = list(self._offsets_log.replay())
         now = self.clock()
         coordinator.load(records, now)
         self._fetches = FetchManager(
@@ -134,18 +135,6 @@ class Broker:
                  metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
                  topics=len(store.topics()), group_records=len(records),
                  fsync=settings.fsync, startup_ms=round((time.perf_counter() - t0) * 1000))
-
-    def _read_group_records(self, store: TopicStore) -> Iterator[object]:
-        partitions = store.partition_count(OFFSETS_TOPIC) or 0
-        for partition in range(partitions):
-            for rec in store.scan(OFFSETS_TOPIC, partition):
-                if rec.key is None:
-                    continue
-                try:
-                    yield record_from_kv(rec.key, rec.value)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.error("group_record_unreadable", partition=partition,
-                              offset=rec.offset, error=str(exc))
 
     def _start_metrics(self) -> None:
         if self.settings.metrics_port < 0:
@@ -338,24 +327,21 @@ class Broker:
             self._send_replies(result.replies, False)
 
     def _persist(self, result: Result) -> bool:
-        store = self.store
-        assert store is not None
-        partitions = store.partition_count(OFFSETS_TOPIC) or 1
-        now = self.clock()
-        by_partition: dict[int, list[tuple[bytes, bytes | None, int]]] = {}
-        for record in result.records:
-            key, value = record.to_kv()
-            p = coordinator_partition(record.group_id, partitions)
-            by_partition.setdefault(p, []).append((key, value, now))
+        """Write the result's records; True if that failed (the replies must say so)."""
+        offsets_log, durability = self._offsets_log, self._durability
+        assert offsets_log is not None and durability is not None
         try:
-            for p, items in by_partition.items():
-                store.append_kv(OFFSETS_TOPIC, p, items)
-                if self._fetches is not None:
-                    self._fetches.appended(OFFSETS_TOPIC, p)
+            partitions = offsets_log.write(result.records, self.clock())
         except StorageError as exc:
             self.metrics.storage_errors.inc()
             log.error("group_records_not_written", error=str(exc), records=len(result.records))
             return True
+        for p in partitions:
+            if self._fetches is not None:
+                self._fetches.appended(OFFSETS_TOPIC, p)
+            if offsets_log.needs_compaction(p):
+                offsets_log.compact(p, lambda drop: durability.after_write(
+                    lambda err: drop() if err is None else None))
         return False
 
     def _send_replies(self, replies: tuple[object, ...], storage_failed: bool) -> None:

@@ -290,23 +290,43 @@ class PartitionLog:
     def apply_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
         """Delete whole oldest segments (never the active one, never data above the high
         watermark) past either limit (-1 = unlimited); returns how many were deleted."""
+        total = self.size_bytes
+
+        def expired(seg: Segment) -> bool:
+            nonlocal total
+            too_old = retention_ms >= 0 and now_ms - seg.max_timestamp > retention_ms
+            too_big = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if too_old or too_big:
+                total -= seg.size
+                return True
+            return False
+
+        return self._drop_oldest(expired)
+
+    def roll(self) -> None:
+        """Start a new segment now (unless the active one is empty): what is appended next
+        begins a segment, so everything before it can later be dropped whole."""
+        self._check_writable()
+        if self._segments[-1].size > 0:
+            self._roll()
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Drop whole segments that end at or before ``offset`` (compaction of internal
+        topics: a snapshot was appended at ``offset``); returns how many."""
+        return self._drop_oldest(lambda seg: seg.next_offset <= offset)
+
+    def _drop_oldest(self, drop: Callable[[Segment], bool]) -> int:
         if self._closed:
             return 0
         deleted = 0
-        total = self.size_bytes
         segments = self._segments
         while len(segments) > 1:
             seg = segments[0]
-            if seg.next_offset > self._hw:
-                break
-            too_old = retention_ms >= 0 and now_ms - seg.max_timestamp > retention_ms
-            too_big = retention_bytes >= 0 and total - seg.size >= retention_bytes
-            if not (too_old or too_big):
+            if seg.next_offset > self._hw or not drop(seg):
                 break
             segments.pop(0)
             self._bases.pop(0)
             self._unsynced = [s for s in self._unsynced if s is not seg]
-            total -= seg.size
             with contextlib.suppress(OSError):
                 seg.delete()
             deleted += 1

@@ -79,3 +79,54 @@ async def test_sigkill_keeps_records_and_commits(tmp_path: Path, procs, fsync: s
     assert (await member.commit({("durable", 0): 4})).topics[0].partitions[0].error_code == 0
     await conn.close()
     assert second.terminate() == 0
+
+
+async def test_offsets_log_is_compacted_and_restart_replays_the_snapshot(
+        tmp_path: Path, procs) -> None:  # type: ignore[no-untyped-def]
+    from protocol.hashing import coordinator_partition
+    from protocol.messages import (
+        ListOffsetsPartition,
+        ListOffsetsRequest,
+        ListOffsetsResponse,
+        ListOffsetsTopic,
+    )
+
+    data = tmp_path / "data"
+    first = BrokerProcess(data, "--offsets-compact-min-records", "50",
+                          "--group-initial-rebalance-delay-ms", "0")
+    procs.append(first.start())
+    conn = await Connection.open("127.0.0.1", first.port)
+    await create_topic(conn, "busy", 1)
+    member = RawMember(conn, "committer", ["busy"])
+    await member.join_group()
+    await member.sync(round_robin([member.member_id], "busy", 1))
+    for offset in range(1, 301):
+        resp = await member.commit({("busy", 0): offset})
+        assert resp.topics[0].partitions[0].error_code == 0
+
+    partition = coordinator_partition("committer")
+
+    async def earliest(c: Connection) -> int:
+        resp = await c.send(ListOffsetsRequest(topics=[ListOffsetsTopic(
+            name="__consumer_offsets", partitions=[ListOffsetsPartition(
+                partition_index=partition, timestamp=-2)])]), response_type=ListOffsetsResponse)
+        return resp.topics[0].partitions[0].offset
+
+    # 300 commits of one key were compacted: old segments are gone from the log's start
+    assert await earliest(conn) > 0
+    await conn.close()
+    first.kill()
+
+    second = BrokerProcess(data)
+    procs.append(second.start())
+    started = next(line for line in second.lines if '"broker_started"' in line)
+    import json
+
+    assert json.loads(started)["group_records"] < 100
+    conn = await Connection.open("127.0.0.1", second.port)
+    offsets = await conn.send(OffsetFetchRequest(group_id="committer"),
+                              response_type=OffsetFetchResponse)
+    assert offsets.topics[0].partitions[0].committed_offset == 300
+    member.conn = conn
+    assert (await member.heartbeat()).error_code == 0
+    await conn.close()
