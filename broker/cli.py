@@ -111,6 +111,21 @@ async def check_health(host: str, port: int, timeout: float) -> dict[str, object
             "max_frame_bytes": resp.max_frame_bytes}
 
 
+# --- groupwire demo ---------------------------------------------------------------------
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from broker import demo
+    from broker.logs import configure_logging
+
+    configure_logging("console", "error")
+    result = _run_loop(lambda: demo.run_demo(demo.options_from(args), Console()))
+    assert isinstance(result, int)
+    return result
+
+
 # --- parser -----------------------------------------------------------------------------
 
 
@@ -124,6 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the broker. Every flag also reads GROUPWIRE_<NAME>.")
     config.add_arguments(p)
     p.set_defaults(func=_cmd_broker)
+    p = sub.add_parser("demo", help="a broker, a producer and three consumers; one is killed",
+                       description="Start a broker on embedded storage, produce to a topic "
+                       "consumed by a group of consumer processes, SIGKILL one of them and "
+                       "show the rebalance as it happens; exit 0 if nothing was lost.")
+    from broker import demo
+
+    demo.add_arguments(p)
+    p.set_defaults(func=_cmd_demo)
+    from client.cli import register as register_client_commands
+
+    register_client_commands(sub)
     p = sub.add_parser("health", help="check that a broker answers (exit 0 if healthy)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092",
                    help="broker address HOST:PORT (default 127.0.0.1:9092)")

@@ -1,1 +1,31 @@
-"""groupwire client SDK: an async Consumer, Producer and Admin speaking the broker protocol."""
+"""groupwire client SDK: an async Consumer, Producer and Admin speaking the broker protocol.
+
+Familiar to aiokafka users; better at rebalances (see DESIGN.md "Client SDK").
+"""
+
+from client.admin import Admin
+from client.errors import (
+    BrokerResponseError,
+    ClientClosedError,
+    CommitFailedError,
+    GroupwireError,
+    IllegalStateError,
+    ListenerError,
+)
+from client.producer import Producer
+from client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
+
+__all__ = [
+    "Admin",
+    "BrokerResponseError",
+    "ClientClosedError",
+    "CommitFailedError",
+    "GroupwireError",
+    "IllegalStateError",
+    "ListenerError",
+    "OffsetAndMetadata",
+    "Producer",
+    "Record",
+    "RecordMetadata",
+    "TopicPartition",
+]

@@ -20,6 +20,7 @@ from protocol.messages import Request, Response, response_type_for
 R = TypeVar("R", bound=Response)
 
 _READ_CHUNK = 256 * 1024
+_MAX_ABANDONED = 4096
 
 
 class ConnectionClosedError(ConnectionError):
@@ -37,6 +38,9 @@ class Connection:
         self._decoder = FrameDecoder(max_frame_bytes)
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Response], type[Response]]] = {}
+        # Requests given up on (timeout, cancellation): their late answers are dropped, not
+        # treated as unknown correlation ids (which would close a healthy connection).
+        self._abandoned: set[int] = set()
         self._closed_exc: BaseException | None = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         peer = writer.get_extra_info("peername")
@@ -75,7 +79,10 @@ class Connection:
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
         finally:
-            self._pending.pop(cid, None)
+            if self._pending.pop(cid, None) is not None and not future.done():
+                if len(self._abandoned) >= _MAX_ABANDONED:
+                    self._abandoned.clear()
+                self._abandoned.add(cid)
         return response  # type: ignore[return-value]
 
     async def _read_loop(self) -> None:
@@ -96,6 +103,9 @@ class Connection:
         cid, body = decode_response_envelope(payload)
         entry = self._pending.get(cid)
         if entry is None:
+            if cid in self._abandoned:
+                self._abandoned.discard(cid)
+                return
             raise RemoteProtocolError(f"response with unknown correlation id {cid}")
         future, rtype = entry
         if future.done():

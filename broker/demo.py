@@ -1,0 +1,290 @@
+"""``groupwire demo``: a broker, a producer and three consumers; one consumer is killed.
+
+It shows what the broker is for: the survivors take over the dead consumer's partitions
+after the reconnect grace (not the whole session timeout), every rebalance is explained as
+it happens (read live from ``__group_events``), and at the end every produced message was
+consumed. Consumers are separate processes so the kill is a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgpack
+from rich.console import Console
+
+from client.connection import Connection
+from protocol.batches import decode_records
+from protocol.messages import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+)
+
+if TYPE_CHECKING:
+    from broker.server import Broker
+
+TOPIC = "demo-orders"
+GROUP = "demo-billing"
+
+
+@dataclass
+class DemoOptions:
+    messages: int = 3000
+    partitions: int = 6
+    consumers: int = 3
+    rate: int = 500
+    data_dir: Path | None = None
+    session_timeout_ms: int = 10000
+
+
+@dataclass
+class _Signals:
+    """What the event watcher and the consumers' readers tell the scenario."""
+
+    stable: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_current: list[_Signals] = []
+
+
+def _signals() -> _Signals:
+    return _current[-1]
+
+
+@dataclass
+class ConsumerProc:
+    name: str
+    proc: asyncio.subprocess.Process
+    seen: set[tuple[int, int]] = field(default_factory=set)
+    alive: bool = True
+
+
+async def run_demo(opts: DemoOptions, console: Console) -> int:
+    from broker.config import BrokerSettings
+    from broker.server import Broker
+
+    _current.append(_Signals())
+    with contextlib.ExitStack() as stack:
+        data_dir = opts.data_dir or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="groupwire-demo-")))
+        broker = Broker(BrokerSettings(
+            host="127.0.0.1", port=0, data_dir=data_dir, metrics_port=-1,
+            group_initial_rebalance_delay_ms=1000, log_level="error"))
+        await broker.start()
+        try:
+            return await _scenario(broker, opts, console)
+        finally:
+            await broker.close()
+
+
+async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
+    bootstrap = f"127.0.0.1:{broker.port}"
+    console.print(f"[bold]broker[/] listening on {bootstrap} "
+                  f"(data in {broker.settings.data_dir})")
+    admin = await Connection.open("127.0.0.1", broker.port, client_id="demo-admin")
+    await admin.send(CreateTopicsRequest(topics=[
+        CreatableTopic(name=TOPIC, num_partitions=opts.partitions)]))
+    events_from = await _end_offset(admin, "__group_events", 0)
+    console.print(f"topic [cyan]{TOPIC}[/] with {opts.partitions} partitions; "
+                  f"{opts.consumers} consumers join group [cyan]{GROUP}[/]")
+    consumers = [await _spawn(f"consumer-{i + 1}", bootstrap, opts)
+                 for i in range(opts.consumers)]
+    readers = [asyncio.ensure_future(_read_output(c)) for c in consumers]
+    watcher = asyncio.ensure_future(_watch_events(broker.port, events_from, console))
+    try:
+        await _wait_stable(watcher, opts.consumers)
+        produced = await _produce(bootstrap, opts, consumers, console)
+        total = sum(produced.values())
+        await _wait_consumed(consumers, produced, console)
+    finally:
+        for c in consumers:
+            if c.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.send_signal(signal.SIGTERM)
+        for c in consumers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.proc.wait(), 15)
+        for r in readers:
+            r.cancel()
+        watcher.cancel()
+        await admin.close()
+    consumed = set().union(*(c.seen for c in consumers))
+    twice = sum(len(c.seen) for c in consumers) - len(consumed)
+    missing = total - len(consumed)
+    console.print()
+    console.print(f"[bold]summary[/]: produced {total}, consumed {len(consumed)} distinct, "
+                  f"{twice} consumed twice (processed by the killed consumer but not yet "
+                  f"committed), {missing} lost")
+    if missing:
+        console.print("[red]some messages were never consumed[/]")
+        return 1
+    console.print("[green]every produced message was consumed[/]")
+    return 0
+
+
+async def _spawn(name: str, bootstrap: str, opts: DemoOptions) -> ConsumerProc:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker.demo_consumer", "--bootstrap", bootstrap,
+        "--group", GROUP, "--topic", TOPIC, "--name", name,
+        "--session-timeout-ms", str(opts.session_timeout_ms),
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return ConsumerProc(name, proc)
+
+
+async def _read_output(consumer: ConsumerProc) -> None:
+    assert consumer.proc.stdout is not None
+    async for line in consumer.proc.stdout:
+        with contextlib.suppress(ValueError):
+            for partition, offset in json.loads(line)["records"]:
+                consumer.seen.add((partition, offset))
+        _signals().progress.set()
+
+
+async def _end_offset(conn: Connection, topic: str, partition: int) -> int:
+    resp = await conn.send(ListOffsetsRequest(topics=[ListOffsetsTopic(
+        name=topic, partitions=[ListOffsetsPartition(partition_index=partition,
+                                                     timestamp=-1)])]),
+        response_type=ListOffsetsResponse)
+    return resp.topics[0].partitions[0].offset
+
+
+async def _watch_events(port: int, offset: int, console: Console) -> None:
+    """Print the group's events as the broker writes them (a long-poll fetch loop)."""
+    conn = await Connection.open("127.0.0.1", port, client_id="demo-events")
+    members: set[str] = set()
+    try:
+        while True:
+            resp = await conn.send(FetchRequest(max_wait_ms=1000, topics=[FetchTopic(
+                topic="__group_events", partitions=[FetchPartition(
+                    partition=0, fetch_offset=offset)])]), response_type=FetchResponse)
+            data = resp.responses[0].partitions[0].records
+            for rec in decode_records(data, min_offset=offset):
+                offset = rec.offset + 1
+                assert rec.value is not None
+                event = msgpack.unpackb(rec.value, raw=False)
+                if event["group_id"] == GROUP:
+                    _show(event, members, console)
+    finally:
+        await conn.close()
+
+
+def _show(event: dict[str, object], members: set[str], console: Console) -> None:
+    kind = event["type"]
+    who = str(event.get("member_id") or "")[:24]
+    parts = _fmt_partitions(event.get("partitions"))
+    if kind == "member_joined":
+        members.add(str(event["member_id"]))
+        console.print(f"  [green]+ joined[/]  {who}")
+    elif kind in ("member_left", "member_expired", "poll_interval_expired"):
+        members.discard(str(event["member_id"]))
+        console.print(f"  [red]- removed[/] {who}: {event.get('reason')} (owned {parts})")
+    elif kind == "connection_lost":
+        console.print(f"  [yellow]! connection lost[/] {who}, owned {parts}")
+    elif kind == "rebalance_started":
+        console.print(f"  [bold]rebalance started[/]: {event.get('reason')}")
+    elif kind == "rebalance_completed":
+        console.print(f"  [bold]rebalance done[/] in {event.get('duration_ms')} ms: "
+                      f"generation {event.get('generation_id')}, moved {parts}")
+        _signals().stable.put_nowait(len(members))
+
+
+def _fmt_partitions(value: object) -> str:
+    if not value:
+        return "nothing"
+    assert isinstance(value, list)
+    return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in value)
+
+
+async def _wait_stable(watcher: asyncio.Future[None], members: int) -> None:
+    while True:
+        getter = asyncio.ensure_future(_signals().stable.get())
+        done, _ = await asyncio.wait({getter, watcher}, timeout=60,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if watcher in done:
+            watcher.result()
+        if getter not in done:
+            getter.cancel()
+            raise RuntimeError("the group did not form within 60 s")
+        if getter.result() >= members:
+            return
+
+
+async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerProc],
+                   console: Console) -> dict[int, int]:
+    from client import Producer
+
+    produced: dict[int, int] = {}
+    victim = consumers[1] if len(consumers) > 1 else None
+    async with Producer(bootstrap, client_id="demo-producer", linger_ms=5) as producer:
+        t0 = time.monotonic()
+        for i in range(opts.messages):
+            meta = await producer.send_and_wait(
+                TOPIC, f"order {i}".encode(), key=f"customer-{i % 97}".encode())
+            produced[meta.partition] = produced.get(meta.partition, 0) + 1
+            if victim is not None and i == opts.messages // 3:
+                console.print(f"[bold red]killing {victim.name}[/] (SIGKILL, pid "
+                              f"{victim.proc.pid}) after {i} messages")
+                victim.proc.send_signal(signal.SIGKILL)
+                victim.alive = False
+            ahead = (i + 1) / opts.rate - (time.monotonic() - t0)
+            if ahead > 0:
+                await asyncio.sleep(ahead)  # pacing the producer, not waiting for an event
+    console.print(f"produced {opts.messages} messages")
+    return produced
+
+
+async def _wait_consumed(consumers: list[ConsumerProc], produced: dict[int, int],
+                         console: Console) -> None:
+    wanted = {(p, o) for p, n in produced.items() for o in range(n)}
+    progress = _signals().progress
+    deadline = time.monotonic() + 60
+    while not wanted <= set().union(*(c.seen for c in consumers)):
+        progress.clear()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            console.print("[red]timed out waiting for the consumers[/]")
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(progress.wait(), left)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = DemoOptions()
+    parser.add_argument("--messages", type=int, default=d.messages,
+                        help=f"messages to produce (default {d.messages})")
+    parser.add_argument("--partitions", type=int, default=d.partitions,
+                        help=f"partitions of the demo topic (default {d.partitions})")
+    parser.add_argument("--consumers", type=int, default=d.consumers,
+                        help=f"consumer processes in the group (default {d.consumers})")
+    parser.add_argument("--rate", type=int, default=d.rate,
+                        help=f"messages per second (default {d.rate})")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="broker storage (default: a temporary directory)")
+    parser.add_argument("--session-timeout-ms", type=int, default=d.session_timeout_ms,
+                        help=f"consumers' session timeout (default {d.session_timeout_ms})")
+
+
+def options_from(args: argparse.Namespace) -> DemoOptions:
+    return DemoOptions(messages=args.messages, partitions=args.partitions,
+                       consumers=args.consumers, rate=args.rate, data_dir=args.data_dir,
+                       session_timeout_ms=args.session_timeout_ms)

@@ -1,0 +1,396 @@
+"""The Admin client: topics, groups, committed offsets, lag and offset resets.
+
+Every method is one or two requests over the shared :class:`~client.cluster.Cluster`
+connection (a single broker is every group's coordinator). Results are plain frozen
+dataclasses so the CLI can print them as tables or JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from client.cluster import Cluster
+from client.errors import (
+    BrokerResponseError,
+    NonEmptyGroupError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
+from client.types import OffsetAndMetadata, TopicPartition
+from protocol.consumer import decode_assignment, decode_subscription
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import (
+    CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+    Rebalance,
+    Request,
+    Response,
+)
+
+R = TypeVar("R", bound=Response)
+
+LATEST = -1
+EARLIEST = -2
+"""ListOffsets' special timestamps (PROTOCOL.md §4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic to create; -1 partitions means the broker's default."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: int
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """One member; ``assignment``/``topics`` are None when not decodable (or not consumer)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list[TopicPartition] | None
+    topics: list[str] | None
+    last_heartbeat_ms: int | None
+    poll_age_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    generation_id: int
+    leader_id: str | None
+    members: list[MemberDescription] = field(default_factory=list)
+    rebalances: list[Rebalance] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """``committed`` is None when the group has no commit for the partition (lag unknown)."""
+
+    committed: int | None
+    end: int
+    lag: int | None
+
+
+ResetTo = Literal["earliest", "latest"] | int
+
+
+class Admin:
+    """Administrative operations; an async context manager with ``start``/``close``."""
+
+    def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
+                 client_id: str = "groupwire-admin", request_timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000) -> None:
+        self._cluster = Cluster(bootstrap, client_id=client_id,
+                                request_timeout_ms=request_timeout_ms,
+                                retry_backoff_ms=retry_backoff_ms,
+                                retry_backoff_max_ms=retry_backoff_max_ms)
+
+    async def start(self) -> None:
+        await self._cluster.connection()
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- topics ---------------------------------------------------------------------------
+
+    async def create_topics(self, topics: str | Sequence[str | TopicSpec],
+                            num_partitions: int = -1, replication_factor: int = 1, *,
+                            exist_ok: bool = False) -> dict[str, int]:
+        """Create topics; returns partitions per created topic.
+
+        Raises the first topic's error (``TopicAlreadyExistsError`` unless ``exist_ok``).
+        """
+        items = [topics] if isinstance(topics, str) else list(topics)
+        specs = [t if isinstance(t, TopicSpec) else TopicSpec(t, num_partitions,
+                                                              replication_factor)
+                 for t in items]
+        resp = await self._send(CreateTopicsRequest(topics=[
+            CreatableTopic(name=s.name, num_partitions=s.num_partitions,
+                           replication_factor=s.replication_factor) for s in specs]),
+            CreateTopicsResponse)
+        out: dict[str, int] = {}
+        for r in resp.topics:
+            if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
+                continue
+            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}")
+            out[r.name] = r.num_partitions
+        return out
+
+    async def create_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions."""
+        resp = await self._send(CreatePartitionsRequest(
+            topics=[CreatePartitionsTopic(name=topic, count=total)]), CreatePartitionsResponse)
+        for r in resp.results:
+            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}")
+
+    async def list_topics(self, *, include_internal: bool = False) -> dict[str, int]:
+        """Topic name -> partition count (internal topics only when asked)."""
+        md = await self._cluster.metadata(None)
+        return {name: n for name, n in sorted(md.partitions.items())
+                if include_internal or name not in md.internal}
+
+    async def describe_topics(self, topics: Sequence[str] | None = None, *,
+                              include_internal: bool = False) -> list[TopicDescription]:
+        """Named topics (an unknown one raises), or all of them."""
+        md = await self._cluster.metadata(None if topics is None else list(topics))
+        for name, code in md.errors.items():
+            _raise_for(code, None, f"topic {name!r}")
+        names = list(topics) if topics is not None else sorted(
+            n for n in md.partitions if include_internal or n not in md.internal)
+        return [TopicDescription(n, md.partitions[n], n in md.internal) for n in names]
+
+    async def list_offsets(self, specs: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Offset per partition for ``LATEST``, ``EARLIEST`` or a timestamp (ms).
+
+        For a timestamp past every record the answer is -1 (no such record).
+        """
+        by_topic: dict[str, list[ListOffsetsPartition]] = {}
+        for tp, ts in specs.items():
+            by_topic.setdefault(tp.topic, []).append(
+                ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
+        if not by_topic:
+            return {}
+        resp = await self._send(ListOffsetsRequest(topics=[
+            ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
+            ListOffsetsResponse)
+        out: dict[TopicPartition, int] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
+                out[TopicPartition(t.name, p.partition_index)] = p.offset
+        return out
+
+    # --- groups ---------------------------------------------------------------------------
+
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Groups, optionally only those in ``states`` (case-insensitive)."""
+        resp = await self._send(ListGroupsRequest(states_filter=list(states or [])),
+                                ListGroupsResponse)
+        return sorted((GroupListing(g.group_id, g.protocol_type, g.group_state)
+                       for g in resp.groups), key=lambda g: g.group_id)
+
+    async def describe_groups(self, group_ids: str | Sequence[str]) -> list[GroupDescription]:
+        """Members (consumer assignments decoded), state and recent rebalances per group.
+
+        A group that does not exist is described as ``Dead`` with no members (Kafka).
+        """
+        ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
+        resp = await self._send(DescribeGroupsRequest(groups=ids), DescribeGroupsResponse)
+        out: list[GroupDescription] = []
+        for g in resp.groups:
+            _raise_for(g.error_code, g.error_message, f"group {g.group_id!r}")
+            consumer = g.protocol_type == "consumer"
+            members = [MemberDescription(
+                member_id=m.member_id, group_instance_id=m.group_instance_id,
+                client_id=m.client_id, client_host=m.client_host,
+                assignment=_assignment(m.member_assignment) if consumer else None,
+                topics=_topics(m.member_metadata) if consumer else None,
+                last_heartbeat_ms=m.last_heartbeat_ms, poll_age_ms=m.poll_age_ms,
+            ) for m in g.members]
+            out.append(GroupDescription(
+                group_id=g.group_id, state=g.group_state, protocol_type=g.protocol_type,
+                protocol=g.protocol_data, generation_id=g.generation_id,
+                leader_id=g.leader_id, members=members, rebalances=list(g.rebalances)))
+        return out
+
+    async def delete_groups(self, group_ids: str | Sequence[str],
+                            ) -> dict[str, BrokerResponseError | None]:
+        """Delete empty groups; per group None (deleted) or the error that prevented it."""
+        ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
+        resp = await self._send(DeleteGroupsRequest(groups_names=ids), DeleteGroupsResponse)
+        return {r.group_id: (None if r.error_code == ErrorCode.NONE
+                             else error_for(r.error_code, r.error_message or r.group_id))
+                for r in resp.results}
+
+    async def list_consumer_group_offsets(
+            self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all, or the given partitions that have one)."""
+        topics: list[OffsetFetchRequestTopic] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                      for t, ps in by_topic.items()]
+        resp = await self._send(OffsetFetchRequest(group_id=group_id, topics=topics),
+                                OffsetFetchResponse)
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
+                if p.committed_offset >= 0:
+                    out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata)
+        return out
+
+    async def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
+        """Committed offset, log end and lag for every partition the group commits to or
+        is assigned (lag None without a commit)."""
+        committed = await self.list_consumer_group_offsets(group_id)
+        tps = set(committed)
+        for g in await self.describe_groups(group_id):
+            for m in g.members:
+                tps.update(m.assignment or [])
+        ends = await self.list_offsets(dict.fromkeys(tps, LATEST))
+        out: dict[TopicPartition, PartitionLag] = {}
+        for tp in sorted(tps):
+            end = ends.get(tp, -1)
+            c = committed.get(tp)
+            off = c.offset if c is not None else None
+            out[tp] = PartitionLag(off, end, None if off is None else max(end - off, 0))
+        return out
+
+    async def reset_group_offsets(self, group_id: str, *, to: ResetTo | None = None,
+                                  timestamp_ms: int | None = None,
+                                  topics: Sequence[str] | None = None,
+                                  ) -> dict[TopicPartition, int]:
+        """Commit new positions for an inactive (Empty or unknown) group.
+
+        ``to``: ``"earliest"``, ``"latest"`` or an offset (clamped to the log, as Kafka);
+        or ``timestamp_ms``: the first offset at or after it (the end if none). Covers
+        every partition of ``topics``, or else every partition the group has committed.
+        Returns the committed offsets.
+        """
+        if (to is None) == (timestamp_ms is None):
+            raise ValueError("give exactly one of to= or timestamp_ms=")
+        if isinstance(to, str) and to not in ("earliest", "latest"):
+            raise ValueError(f"to must be 'earliest', 'latest' or an offset, got {to!r}")
+        (desc,) = await self.describe_groups(group_id)
+        if desc.state not in ("Empty", "Dead"):
+            raise NonEmptyGroupError(
+                f"group {group_id!r} is {desc.state} with {len(desc.members)} member(s): "
+                "offsets can only be reset while it is Empty (stop its consumers first)")
+        tps = await self._reset_scope(group_id, topics)
+        if not tps:
+            return {}
+        earliest = await self.list_offsets(dict.fromkeys(tps, EARLIEST))
+        latest = await self.list_offsets(dict.fromkeys(tps, LATEST))
+        if timestamp_ms is not None:
+            found = await self.list_offsets(dict.fromkeys(tps, timestamp_ms))
+            targets = {tp: (off if off >= 0 else latest[tp]) for tp, off in found.items()}
+        elif to == "earliest":
+            targets = earliest
+        elif to == "latest":
+            targets = latest
+        else:
+            assert isinstance(to, int)
+            targets = {tp: min(max(to, earliest[tp]), latest[tp]) for tp in tps}
+        await self._commit(group_id, targets)
+        return dict(sorted(targets.items()))
+
+    async def _reset_scope(self, group_id: str, topics: Sequence[str] | None,
+                           ) -> list[TopicPartition]:
+        if topics is None:
+            return sorted(await self.list_consumer_group_offsets(group_id))
+        md = await self._cluster.metadata(list(topics), allow_auto_topic_creation=False)
+        out: list[TopicPartition] = []
+        for t in topics:
+            n = md.partitions_for(t)
+            if n is None:
+                raise UnknownTopicOrPartitionError(f"topic {t!r}",
+                                                   code=md.errors.get(t, 3))
+            out.extend(TopicPartition(t, p) for p in range(n))
+        return out
+
+    async def _commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for tp, off in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
+                partition_index=tp.partition, committed_offset=off))
+        resp = await self._send(OffsetCommitRequest(
+            group_id=group_id, generation_id=-1, member_id="",
+            topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()]), OffsetCommitResponse)
+        for t in resp.topics:
+            for p in t.partitions:
+                _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    async def _send(self, request: Request, rtype: type[R]) -> R:
+        resp = await self._cluster.send(request, response_type=rtype)
+        if resp.error_code != ErrorCode.NONE:
+            _raise_for(resp.error_code, resp.error_message, request.API_KEY.name)
+        return resp
+
+
+def _raise_for(code: int, message: str | None, what: str) -> None:
+    if code != ErrorCode.NONE:
+        raise error_for(code, f"{what}: {message}" if message else what)
+
+
+def _assignment(data: bytes) -> list[TopicPartition] | None:
+    if not data:
+        return []
+    try:
+        a = decode_assignment(data)
+    except ProtocolError:
+        return None
+    return [TopicPartition(t, p) for t, ps in a.assigned_partitions for p in sorted(ps)]
+
+
+def _topics(data: bytes) -> list[str] | None:
+    if not data:
+        return None
+    try:
+        return list(decode_subscription(data).topics)
+    except ProtocolError:
+        return None
+
+
+__all__ = [
+    "EARLIEST", "LATEST", "Admin", "GroupDescription", "GroupListing", "MemberDescription",
+    "PartitionLag", "TopicDescription", "TopicSpec",
+]

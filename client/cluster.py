@@ -1,0 +1,290 @@
+"""The client's view of the cluster: a checked connection, retries, metadata, coordinators.
+
+Producer, Consumer and Admin share this one shell so that connecting (ApiVersions first,
+backoff with jitter across the bootstrap list), retrying idempotent requests after a lost
+connection and reading Metadata behave the same everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+from client.connection import Connection, ConnectionClosedError
+from client.errors import ClientClosedError, GroupwireError, RequestTimedOutError, error_for
+from client.types import parse_bootstrap
+from protocol.errors import ErrorCode
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from protocol.messages import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    Request,
+    Response,
+)
+
+R = TypeVar("R", bound=Response)
+
+IDEMPOTENT_APIS: Final = frozenset({
+    ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.FETCH, ApiKey.OFFSET_FETCH,
+    ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
+    ApiKey.API_VERSIONS,
+})
+"""Requests that may be sent again after a lost connection without changing the outcome."""
+
+SOFTWARE_NAME: Final = "groupwire-python"
+SOFTWARE_VERSION: Final = "0.1"
+
+
+class BrokerNotAvailableError(GroupwireError, ConnectionError):
+    """No broker of the bootstrap list could be reached (and checked) in time."""
+
+
+class IncompatibleBrokerError(GroupwireError):
+    """The broker's ApiVersions share no version with this client for an API it needs."""
+
+
+def backoff_s(attempt: int, base_ms: int, max_ms: int, rng: random.Random | None = None,
+              ) -> float:
+    """Exponential backoff with full jitter in its upper half: ``attempt`` 0 is ~``base``."""
+    ceiling = min(max_ms, base_ms * (1 << min(attempt, 30)))
+    r = rng.random() if rng is not None else random.random()
+    return (ceiling * (0.5 + 0.5 * r)) / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """One Metadata answer: partitions per topic, which are internal, per-topic errors."""
+
+    partitions: dict[str, int] = field(default_factory=dict)
+    internal: frozenset[str] = frozenset()
+    errors: dict[str, int] = field(default_factory=dict)
+    brokers: list[tuple[int, str, int]] = field(default_factory=list)
+    cluster_id: str = ""
+
+    def partitions_for(self, topic: str) -> int | None:
+        """The topic's partition count, or None if it is unknown (or errored)."""
+        return self.partitions.get(topic)
+
+
+class Cluster:
+    """Connections to the cluster (one broker today) for one client."""
+
+    def __init__(self, bootstrap: str | list[str], *, client_id: str = "groupwire",
+                 request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
+                 retry_backoff_max_ms: int = 1000) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
+        self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
+        self.api_versions: dict[ApiKey, int] = {}
+        self.metadata_cache: ClusterMetadata | None = None
+        self._conn: Connection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._next_address = 0
+        self._closed = False
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def connection(self) -> Connection:
+        """The shared connection, (re)opened and checked when needed."""
+        return await self._connection(None)
+
+    async def _connection(self, deadline: float | None) -> Connection:
+        self._check_open()
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self._check_open()
+            if self._conn is None or self._conn.closed:
+                if self._conn is not None:
+                    await self._conn.close()
+                self._conn = await self._open_checked(deadline)
+            return self._conn
+
+    async def new_connection(self) -> Connection:
+        """A separate checked connection the caller owns (and closes), on the running loop."""
+        self._check_open()
+        return await self._open_checked(None)
+
+    async def _open_checked(self, deadline: float | None) -> Connection:
+        """Connect and check, trying each address in turn until ``deadline`` (loop time;
+        default: the request timeout from now)."""
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + self.request_timeout_ms / 1000
+        attempt = 0
+        last: BaseException | None = None
+        n = len(self.bootstrap)
+        while True:
+            host, port = self.bootstrap[self._next_address % n]
+            remaining = deadline - loop.time()
+            try:
+                return await self._open_one(host, port, max(remaining, 0.001))
+            except (OSError, TimeoutError, ConnectionClosedError) as exc:
+                last = exc
+            self._next_address += 1
+            attempt += 1
+            # Back off only once every address of the list has failed in this round.
+            delay = backoff_s(attempt // n, self.retry_backoff_ms, self.retry_backoff_max_ms
+                              ) if attempt % n == 0 else 0.0
+            if loop.time() + delay >= deadline:
+                addrs = ",".join(f"{h}:{p}" for h, p in self.bootstrap)
+                raise BrokerNotAvailableError(
+                    f"no broker reachable at {addrs}: {last}") from last
+            if delay:
+                await asyncio.sleep(delay)
+
+    async def _open_one(self, host: str, port: int, timeout: float) -> Connection:
+        conn = await Connection.open(host, port, client_id=self.client_id,
+                                     max_frame_bytes=self.max_frame_bytes,
+                                     connect_timeout=timeout)
+        try:
+            resp = await conn.send(
+                ApiVersionsRequest(client_software_name=SOFTWARE_NAME,
+                                   client_software_version=SOFTWARE_VERSION),
+                timeout=timeout, response_type=ApiVersionsResponse)
+            self._check_versions(resp)
+        except BaseException:
+            await conn.close()
+            raise
+        announced = resp.max_frame_bytes
+        if announced > self.max_frame_bytes:
+            # Accept at least what the broker may send: reopen with its limit.
+            self.max_frame_bytes = announced
+            await conn.close()
+            return await self._open_one(host, port, timeout)
+        return conn
+
+    def _check_versions(self, resp: ApiVersionsResponse) -> None:
+        if resp.error_code != ErrorCode.NONE:
+            raise error_for(resp.error_code, resp.error_message or "ApiVersions")
+        theirs = {v.api_key: (v.min_version, v.max_version) for v in resp.api_keys}
+        chosen: dict[ApiKey, int] = {}
+        for key, (lo, hi) in SUPPORTED_VERSIONS.items():
+            if key not in theirs:
+                continue  # an API the broker lacks fails when (if ever) it is used
+            b_lo, b_hi = theirs[key]
+            top = min(hi, b_hi)
+            if top < max(lo, b_lo):
+                raise IncompatibleBrokerError(
+                    f"{key.name}: broker supports v{b_lo}-{b_hi}, client v{lo}-{hi}")
+            chosen[key] = top
+        self.api_versions = chosen
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+
+    # --- requests -------------------------------------------------------------------------
+
+    async def send(self, request: Request, *, timeout_ms: int | None = None,
+                   response_type: type[R] | None = None) -> R:
+        """Send on the shared connection and await the answer.
+
+        After a lost connection, idempotent requests (:data:`IDEMPOTENT_APIS`) are sent
+        again on a new one until ``timeout_ms`` (default: the request timeout) runs out;
+        others raise :class:`ConnectionClosedError`, as their outcome is unknown. No answer
+        in time raises :class:`RequestTimedOutError`.
+        """
+        total_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_ms / 1000
+        retry = request.API_KEY in IDEMPOTENT_APIS
+        attempt = 0
+        while True:
+            conn = await self._connection(deadline)
+            remaining = deadline - loop.time()
+            try:
+                return await conn.send(request, timeout=max(remaining, 0.001),
+                                       response_type=response_type)
+            except TimeoutError:
+                raise RequestTimedOutError(
+                    f"{request.API_KEY.name}: no answer within {total_ms} ms") from None
+            except ConnectionClosedError:
+                if not retry or self._closed:
+                    raise
+                delay = backoff_s(attempt, self.retry_backoff_ms, self.retry_backoff_max_ms)
+                if loop.time() + delay >= deadline:
+                    raise
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def metadata(self, topics: list[str] | None = None, *,
+                       allow_auto_topic_creation: bool = False) -> ClusterMetadata:
+        """Fresh Metadata for ``topics`` (None: all); also kept in :attr:`metadata_cache`."""
+        req = MetadataRequest(
+            topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=allow_auto_topic_creation)
+        resp = await self.send(req, response_type=MetadataResponse)
+        if resp.error_code != ErrorCode.NONE:
+            raise error_for(resp.error_code, resp.error_message or "Metadata")
+        partitions: dict[str, int] = {}
+        errors: dict[str, int] = {}
+        internal: set[str] = set()
+        for t in resp.topics:
+            if t.error_code != ErrorCode.NONE:
+                errors[t.name] = t.error_code
+                continue
+            partitions[t.name] = len(t.partitions)
+            if t.is_internal:
+                internal.add(t.name)
+        md = ClusterMetadata(partitions=partitions, internal=frozenset(internal),
+                             errors=errors,
+                             brokers=[(b.node_id, b.host, b.port) for b in resp.brokers],
+                             cluster_id=resp.cluster_id)
+        self._merge_cache(md, full=topics is None)
+        return md
+
+    def _merge_cache(self, md: ClusterMetadata, *, full: bool) -> None:
+        old = self.metadata_cache
+        if full or old is None:
+            self.metadata_cache = md
+            return
+        parts = {k: v for k, v in old.partitions.items() if k not in md.errors}
+        parts.update(md.partitions)
+        self.metadata_cache = ClusterMetadata(
+            partitions=parts, internal=old.internal | md.internal, errors=dict(md.errors),
+            brokers=md.brokers, cluster_id=md.cluster_id)
+
+    async def find_coordinator(self, group_id: str) -> tuple[str, int]:
+        """``(host, port)`` of the group's coordinator; retriable errors are retried."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            resp = await self.send(FindCoordinatorRequest(key=group_id),
+                                   response_type=FindCoordinatorResponse)
+            if resp.error_code == ErrorCode.NONE:
+                return resp.host, resp.port
+            err = error_for(resp.error_code, resp.error_message or f"group {group_id!r}")
+            delay = backoff_s(attempt, self.retry_backoff_ms, self.retry_backoff_max_ms)
+            if not err.retriable or loop.time() + delay >= deadline:
+                raise err
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

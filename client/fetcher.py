@@ -1,0 +1,258 @@
+"""Fetching on the application's loop: positions, one prefetch in flight, record buffers.
+
+One Fetch at a time covers every assigned, unpaused, owned partition with an empty buffer;
+it runs while the application processes what the previous one returned. Answers from a
+stale assignment (``epoch``) or for a partition whose fetch offset moved (seek) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from client.subscription import SubscriptionState
+from client.types import Record, TopicPartition
+from protocol.batches import CorruptBatchError, decode_records
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    FetchGroup,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+    Request,
+)
+
+__all__ = ["Fetcher", "Sender"]
+
+log = logging.getLogger("groupwire.consumer.fetcher")
+
+Sender = Callable[[Request], Awaitable[Any]]
+EARLIEST = -2
+LATEST = -1
+
+
+class Fetcher:
+    def __init__(self, subs: SubscriptionState, send: Sender, *, auto_offset_reset: str,
+                 fetch_max_wait_ms: int, fetch_min_bytes: int = 1,
+                 fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
+                 retry_backoff_ms: int = 100) -> None:
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        self._subs = subs
+        self._send = send
+        self._reset = auto_offset_reset
+        self._max_wait_ms = fetch_max_wait_ms
+        self._min_bytes = fetch_min_bytes
+        self._max_bytes = fetch_max_bytes
+        self._partition_max_bytes = max_partition_fetch_bytes
+        self._backoff = retry_backoff_ms / 1000
+        self._task: asyncio.Task[None] | None = None
+        self.data_ready = asyncio.Event()
+        self.error: BaseException | None = None
+        self.on_done: Callable[[], None] | None = None   # wakes the poll
+
+    # --- positions ---------------------------------------------------------------------
+
+    async def update_positions(self, group_id: str | None) -> None:
+        """Give every partition without a position one: committed offset, else reset."""
+        missing = self._subs.missing_positions()
+        if not missing:
+            return
+        need_reset: list[TopicPartition] = []
+        committed: dict[TopicPartition, int] = {}
+        fresh = [tp for tp in missing if not self._subs.partitions[tp].reset_needed]
+        if group_id is not None and fresh:
+            committed = await self.fetch_committed(group_id, fresh)
+        for tp in missing:
+            st = self._subs.partitions.get(tp)
+            if st is None:
+                continue
+            off = committed.get(tp, -1)
+            if off >= 0 and not st.reset_needed:
+                st.seek(off)
+            else:
+                need_reset.append(tp)
+        if need_reset:
+            if self._reset == "none":
+                raise _no_reset(need_reset)
+            ts = EARLIEST if self._reset == "earliest" else LATEST
+            offsets = await self.list_offsets(need_reset, ts)
+            for tp, off in offsets.items():
+                st = self._subs.partitions.get(tp)
+                if st is not None and off >= 0:
+                    st.seek(off)
+
+    async def fetch_committed(self, group_id: str, tps: list[TopicPartition],
+                              ) -> dict[TopicPartition, int]:
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        resp: OffsetFetchResponse = await self._send(OffsetFetchRequest(
+            group_id=group_id,
+            topics=[OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                    for t, ps in by_topic.items()]))
+        _raise_for(resp.error_code, resp.error_message)
+        out: dict[TopicPartition, int] = {}
+        for topic in resp.topics:
+            for p in topic.partitions:
+                if p.error_code == ErrorCode.NONE:
+                    out[TopicPartition(topic.name, p.partition_index)] = p.committed_offset
+        return out
+
+    async def list_offsets(self, tps: list[TopicPartition], timestamp: int,
+                           ) -> dict[TopicPartition, int]:
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        resp: ListOffsetsResponse = await self._send(ListOffsetsRequest(topics=[
+            ListOffsetsTopic(name=t, partitions=[
+                ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in ps])
+            for t, ps in by_topic.items()]))
+        _raise_for(resp.error_code, resp.error_message)
+        out: dict[TopicPartition, int] = {}
+        for topic in resp.topics:
+            for p in topic.partitions:
+                _raise_for(p.error_code, p.error_message)
+                out[TopicPartition(topic.name, p.partition_index)] = p.offset
+        return out
+
+    # --- fetching ----------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def maybe_fetch(self, group: FetchGroup | None) -> None:
+        """Start the next Fetch unless one is in flight or nothing is fetchable."""
+        if self.in_flight:
+            return
+        tps = self._subs.fetchable()
+        if not tps:
+            return
+        self._task = asyncio.get_running_loop().create_task(
+            self._fetch(tps, group, self._subs.epoch), name="groupwire-fetch")
+        if self.on_done is not None:
+            done = self.on_done
+            self._task.add_done_callback(lambda _t: done())
+
+    async def wait_idle(self) -> None:
+        """Wait for the Fetch in flight, if any (bounded by fetch_max_wait_ms)."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
+
+    def cancel(self) -> asyncio.Task[None] | None:
+        """Cancel the Fetch in flight; returns its task so the caller can await it."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        return task
+
+    async def _fetch(self, tps: list[TopicPartition], group: FetchGroup | None,
+                     epoch: int) -> None:
+        offsets: dict[TopicPartition, int] = {}
+        by_topic: dict[str, list[FetchPartition]] = {}
+        for tp in tps:
+            off = self._subs.partitions[tp].fetch_offset
+            assert off is not None
+            offsets[tp] = off
+            by_topic.setdefault(tp.topic, []).append(FetchPartition(
+                partition=tp.partition, fetch_offset=off,
+                partition_max_bytes=self._partition_max_bytes))
+        request = FetchRequest(
+            max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
+            max_bytes=self._max_bytes, group=group,
+            topics=[FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
+        try:
+            resp: FetchResponse = await self._send(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # connection trouble: back off, retry
+            log.debug("fetch failed: %s", exc)
+            await asyncio.sleep(self._backoff)
+            return
+        if resp.error_code != ErrorCode.NONE:
+            # UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID: membership is handled by heartbeats
+            log.debug("fetch refused: %s", ErrorCode.name_of(resp.error_code))
+            await asyncio.sleep(self._backoff)
+            return
+        if epoch != self._subs.epoch:
+            return
+        got = False
+        for topic in resp.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition_index)
+                st = self._subs.partitions.get(tp)
+                if st is None or st.fetch_offset != offsets.get(tp):
+                    continue
+                if p.high_watermark >= 0:
+                    st.highwater = p.high_watermark
+                if p.error_code == ErrorCode.PARTITION_NOT_OWNED:
+                    st.owned = False
+                    continue
+                if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    st.reset_needed = True
+                    got = True  # wake the poll so it resets the position
+                    continue
+                if p.error_code != ErrorCode.NONE or not p.records:
+                    continue
+                try:
+                    decoded = decode_records(p.records, offsets[tp])
+                except CorruptBatchError as exc:
+                    self.error = exc
+                    got = True
+                    continue
+                if not decoded:
+                    continue
+                t, part = tp
+                for r in decoded:
+                    st.buffer.append(Record(t, part, r.offset, r.key, r.value,
+                                            r.timestamp_ms, r.headers))
+                st.fetch_offset = decoded[-1].offset + 1
+                got = True
+        if got:
+            self.data_ready.set()
+
+    def drain(self, max_records: int) -> dict[TopicPartition, list[Record]]:
+        """Take up to ``max_records`` buffered records of unpaused partitions."""
+        out: dict[TopicPartition, list[Record]] = {}
+        left = max_records
+        for tp, st in self._subs.partitions.items():
+            if left <= 0:
+                break
+            if st.paused or not st.buffer:
+                continue
+            buf = st.buffer
+            n = min(left, len(buf))
+            taken = [buf.popleft() for _ in range(n)]
+            out[tp] = taken
+            st.position = taken[-1].offset + 1
+            left -= n
+        if not any(st.buffer for st in self._subs.partitions.values() if not st.paused):
+            self.data_ready.clear()
+        return out
+
+    def has_data(self) -> bool:
+        return any(st.buffer for st in self._subs.partitions.values() if not st.paused)
+
+
+def _raise_for(code: int, message: str | None) -> None:
+    if code != ErrorCode.NONE:
+        from client.errors import error_for
+        raise error_for(code, message or "")
+
+
+def _no_reset(tps: list[TopicPartition]) -> Exception:
+    from client.errors import OffsetOutOfRangeError
+    return OffsetOutOfRangeError(f"no committed offset and auto_offset_reset='none': {tps}")

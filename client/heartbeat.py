@@ -1,0 +1,186 @@
+"""The heartbeat thread: its own event loop, its own connection, independent of the app.
+
+An application that blocks its loop (CPU work, ``time.sleep`` in a handler) keeps its
+membership because heartbeats leave from here. Each Heartbeat reports ``poll_age_ms`` and
+long-polls (``wait_ms``, PROTOCOL.md §7.3) so a rebalance or removal is known at once.
+Outcomes go into the shared :class:`~client.membership.Membership` (under its lock) and
+``notify()`` wakes the app's loop; the app's next poll acts on them (rejoin, lost).
+When the app has not polled within ``max_poll_interval_ms`` this thread leaves the group
+(LeaveGroup for dynamic members, nothing for static ones) and marks membership lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from client.connection import Connection
+from client.membership import Action, Membership
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+)
+
+__all__ = ["HeartbeatThread", "monotonic_ms"]
+
+log = logging.getLogger("groupwire.consumer.heartbeat")
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class HeartbeatThread(threading.Thread):
+    def __init__(self, *, membership: Membership, lock: threading.Lock, group_id: str,
+                 address: Callable[[], tuple[str, int] | None], client_id: str,
+                 heartbeat_interval_ms: int, session_timeout_ms: int,
+                 request_timeout_ms: int, retry_backoff_ms: int,
+                 notify: Callable[[], None]) -> None:
+        super().__init__(name=f"groupwire-heartbeat-{group_id}", daemon=True)
+        self._m = membership
+        self._lock = lock
+        self._group_id = group_id
+        self._address = address
+        self._client_id = client_id
+        self._interval_ms = heartbeat_interval_ms
+        self._session_ms = session_timeout_ms
+        self._request_timeout = request_timeout_ms / 1000
+        self._backoff_ms = retry_backoff_ms
+        self._notify = notify
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._main_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._conn: Connection | None = None
+        self._started = threading.Event()
+        self.last_send_ms: int | None = None
+        self.sent = 0
+
+    # --- called from the app side ----------------------------------------------------
+
+    def wake(self) -> None:
+        """Membership changed (new generation): heartbeat now rather than at the next tick."""
+        loop, ev = self._loop, self._wake
+        if loop is not None and ev is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(ev.set)
+
+    def stop(self, timeout: float) -> None:
+        self._stopping = True
+        self._started.wait(timeout)
+        loop, task = self._loop, self._main_task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+        self.join(timeout)
+
+    # --- the thread ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._run())
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _run(self) -> None:
+        self._wake = asyncio.Event()
+        self._main_task = asyncio.current_task()
+        self._started.set()
+        if self._stopping:
+            return
+        failures = 0
+        try:
+            while not self._stopping:
+                try:
+                    await self._step()
+                    failures = 0
+                except (ConnectionError, OSError, TimeoutError) as exc:
+                    failures += 1
+                    log.debug("heartbeat connection failed: %s", exc)
+                    await self._close_conn()
+                    delay = min(self._backoff_ms * (2 ** min(failures, 6)), 1000)
+                    await self._idle(delay)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await self._close_conn()
+
+    async def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _idle(self, ms: float) -> None:
+        assert self._wake is not None
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), ms / 1000)
+
+    async def _connect(self) -> Connection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        addr = self._address()
+        if addr is None:
+            raise ConnectionError("coordinator unknown")
+        self._conn = await Connection.open(addr[0], addr[1], client_id=self._client_id,
+                                           connect_timeout=self._request_timeout)
+        return self._conn
+
+    async def _step(self) -> None:
+        now = monotonic_ms()
+        with self._lock:
+            leave = self._m.expire_poll(now) if self._m.poll_expired(now) else None
+            target = self._m.heartbeat_target()
+            poll_age = self._m.poll_age_ms(now)
+        if leave is not None:
+            log.warning("poll interval expired: leaving group %s", self._group_id)
+            self._notify()
+            conn = await self._connect()
+            with contextlib.suppress(Exception):
+                await conn.send(LeaveGroupRequest(group_id=self._group_id, members=[
+                    MemberIdentity(member_id=leave.member_id,
+                                   reason="consumer poll timeout has expired")]),
+                    timeout=self._request_timeout, response_type=LeaveGroupResponse)
+            return
+        if target is None:
+            await self._idle(self._interval_ms)
+            return
+        conn = await self._connect()
+        sent_at = monotonic_ms()
+        self.last_send_ms = sent_at
+        self.sent += 1
+        resp = await conn.send(HeartbeatRequest(
+            group_id=self._group_id, generation_id=target.generation_id,
+            member_id=target.member_id, group_instance_id=self._m.group_instance_id,
+            poll_age_ms=min(poll_age, 2**31 - 1), wait_ms=self._interval_ms),
+            timeout=self._request_timeout + self._interval_ms / 1000,
+            response_type=HeartbeatResponse)
+        now = monotonic_ms()
+        with self._lock:
+            action = self._m.on_heartbeat_response(resp.error_code, target, now)
+        if action not in (Action.OK, Action.IGNORE):
+            log.info("heartbeat: %s -> %s", ErrorCode.name_of(resp.error_code), action.value)
+            self._notify()
+        if action == Action.FIND_COORDINATOR:
+            await self._close_conn()
+            return
+        if action == Action.RETRY or action == Action.REJOIN:
+            await self._idle(self._backoff_ms)
+        elif action == Action.OK:
+            # A NONE answer normally arrived after the long poll; never spin faster than
+            # the interval if the broker answered at once.
+            left = self._interval_ms - (now - sent_at)
+            if left > 0:
+                await self._idle(left)

@@ -1,0 +1,467 @@
+"""The asyncio Producer: records batched per partition, one Produce per round.
+
+``send`` only appends to a per-partition batch and returns a future; one sender task
+drains every ready batch (full, lingered ``linger_ms``, or flushed) into a single Produce
+covering many partitions, resolves the futures from the answer, and puts batches that met
+a retriable error back at the head of their partition's queue. One request is in flight
+at a time, so retries never reorder a partition's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.cluster import BrokerNotAvailableError, Cluster, backoff_s
+from client.connection import ConnectionClosedError
+from client.errors import (
+    ClientClosedError,
+    GroupwireError,
+    IllegalStateError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
+from client.types import RecordMetadata, TopicPartition
+from protocol.batches import BatchRecord, encode_batch
+from protocol.errors import ErrorCode
+from protocol.hashing import partition_for_key
+from protocol.messages import (
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+
+Headers = list[tuple[str, bytes | None]]
+Serializer = Callable[[Any], bytes | None]
+
+_RECORD_OVERHEAD = 24
+"""Bytes a record costs in a batch besides key, value and headers (a generous estimate)."""
+
+_FRAME_HEADROOM = 65536
+
+
+@dataclass(slots=True)
+class _Batch:
+    tp: TopicPartition
+    created: float
+    records: list[BatchRecord] = field(default_factory=list)
+    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
+    size: int = 0
+    closed: bool = False
+    attempts: int = 0
+    deadline: float = 0.0  # set at the first send: retries stop here
+    retry_at: float = 0.0
+    last_error: BaseException | None = None
+    done: bool = False
+
+
+class Producer:
+    """Publishes records; an async context manager (``close`` flushes).
+
+    ``acks`` is accepted for familiarity: the broker always answers after its write under
+    its fsync policy (acks=1 semantics); PROTOCOL.md has no acks field.
+    """
+
+    def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
+                 client_id: str = "groupwire-producer", acks: int | str = 1,
+                 linger_ms: int = 5, max_batch_bytes: int = 1048576,
+                 max_buffer_bytes: int = 33554432, request_timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
+                 allow_auto_create_topics: bool = True, metadata_max_age_ms: int = 300000,
+                 key_serializer: Serializer | None = None,
+                 value_serializer: Serializer | None = None) -> None:
+        if acks not in (0, 1, -1, "all"):
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+        if linger_ms < 0 or max_batch_bytes <= 0 or request_timeout_ms <= 0:
+            raise ValueError("linger_ms >= 0, max_batch_bytes > 0, request_timeout_ms > 0")
+        self.acks = acks
+        self.linger_ms = linger_ms
+        self.max_batch_bytes = max_batch_bytes
+        self.max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
+        self.request_timeout_ms = request_timeout_ms
+        self.allow_auto_create_topics = allow_auto_create_topics
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._cluster = Cluster(bootstrap, client_id=client_id,
+                                request_timeout_ms=request_timeout_ms,
+                                retry_backoff_ms=retry_backoff_ms,
+                                retry_backoff_max_ms=retry_backoff_max_ms)
+        self._partitions: dict[str, int] = {}
+        self._partitions_at: dict[str, float] = {}  # loop time of each topic's metadata
+        self._queues: dict[TopicPartition, deque[_Batch]] = {}
+        self._sticky: dict[str, int] = {}
+        self._round_robin: dict[str, int] = {}
+        self._in_flight: list[_Batch] = []
+        self._buffered = 0
+        self._space: asyncio.Event | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._flushing = 0
+        self._started = False
+        self._closing = False
+        self._closed = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (ApiVersions checked) and start the sender task."""
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        if self._started:
+            return
+        await self._cluster.connection()
+        self._wakeup = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._sender = asyncio.get_running_loop().create_task(self._run_sender(),
+                                                              name="groupwire-producer")
+        self._started = True
+
+    async def close(self) -> None:
+        """Flush what was sent, stop the sender, close the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closing = True
+        try:
+            if self._started:
+                await self.flush()
+        finally:
+            self._closed = True
+            if self._sender is not None:
+                self._wake()
+                self._sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sender
+            self._fail_all(ClientClosedError("the producer was closed"))
+            await self._cluster.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- sending --------------------------------------------------------------------------
+
+    async def send(self, topic: str, value: Any = None, key: Any = None,
+                   partition: int | None = None, headers: Headers | None = None,
+                   timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves to where it landed.
+
+        Waits only for the topic's metadata (raises if the topic stays unknown for the
+        request timeout) and for buffer space when ``max_buffer_bytes`` are queued.
+        """
+        self._check_usable()
+        kbytes = self._key_serializer(key) if self._key_serializer else key
+        vbytes = self._value_serializer(value) if self._value_serializer else value
+        for name, v in (("key", kbytes), ("value", vbytes)):
+            if v is not None and not isinstance(v, bytes | bytearray | memoryview):
+                raise TypeError(f"{name} must be bytes or None (or pass a {name}_serializer),"
+                                f" got {type(v).__name__}")
+        kb = bytes(kbytes) if kbytes is not None else None
+        vb = bytes(vbytes) if vbytes is not None else None
+        count = await self._partition_count(topic)
+        sticky = partition is None and kb is None
+        if partition is None:
+            partition = (partition_for_key(kb, count) if kb is not None
+                         else self._sticky_partition(topic, count))
+        elif not 0 <= partition < count:
+            count = await self._partition_count(topic, refresh=True)
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartitionError(
+                    f"{topic!r} has {count} partitions, no partition {partition}")
+        hdrs = list(headers) if headers else []
+        for h, hv in hdrs:
+            if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
+                raise TypeError("headers must be (str, bytes | None) pairs")
+        size = (_RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+                + sum(len(h) + (len(v) if v else 0) + 4 for h, v in hdrs))
+        await self._wait_for_space()
+        self._check_usable()
+        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self._append(TopicPartition(topic, partition),
+                     BatchRecord(value=vb, key=kb, headers=hdrs, timestamp_ms=ts), size, future,
+                     sticky=sticky)
+        return future
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
+                            partition: int | None = None, headers: Headers | None = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        """``send`` and wait for the broker's acknowledgement."""
+        future = await self.send(topic, value, key, partition, headers, timestamp_ms)
+        return await future
+
+    async def flush(self) -> None:
+        """Send everything queued now, at once, and wait until each record is settled."""
+        if not self._started:
+            return
+        pending = [f for q in self._queues.values() for b in q for f in b.futures]
+        pending += [f for b in self._in_flight for f in b.futures]
+        if not pending:
+            return
+        self._flushing += 1
+        self._wake()
+        try:
+            await asyncio.wait(pending)
+        finally:
+            self._flushing -= 1
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partitions (metadata fetched if not known yet)."""
+        return set(range(await self._partition_count(topic)))
+
+    # --- internals: accumulating ----------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closing or self._closed:
+            raise ClientClosedError("the producer is closed")
+        if not self._started:
+            raise IllegalStateError("start() the producer before sending")
+
+    async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
+        loop = asyncio.get_running_loop()
+        count = self._partitions.get(topic)
+        if count is not None and not refresh and (
+                loop.time() - self._partitions_at[topic] < self.metadata_max_age_ms / 1000):
+            return count
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            md = await self._cluster.metadata(
+                [topic], allow_auto_topic_creation=self.allow_auto_create_topics)
+            count = md.partitions_for(topic)
+            if count:
+                self._partitions[topic] = count
+                self._partitions_at[topic] = loop.time()
+                return count
+            code = md.errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            err = error_for(code, f"topic {topic!r}")
+            delay = backoff_s(attempt, self._cluster.retry_backoff_ms,
+                              self._cluster.retry_backoff_max_ms)
+            if not err.retriable or loop.time() + delay >= deadline:
+                raise err
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    def _sticky_partition(self, topic: str, count: int) -> int:
+        p = self._sticky.get(topic)
+        if p is None or p >= count:
+            p = self._advance_sticky(topic, count)
+        return p
+
+    def _advance_sticky(self, topic: str, count: int | None = None) -> int:
+        n = count if count is not None else self._partitions.get(topic, 1)
+        p = self._round_robin.get(topic, -1) + 1
+        p %= n
+        self._round_robin[topic] = p
+        self._sticky[topic] = p
+        return p
+
+    def _append(self, tp: TopicPartition, record: BatchRecord, size: int,
+                future: asyncio.Future[RecordMetadata], *, sticky: bool) -> None:
+        batch = self._open_batch(tp, size)
+        if batch is None and sticky:
+            # The sticky partition's batch is full: close it and stick to the next one
+            # (Kafka's sticky partitioner does the same instead of starting a new batch).
+            self._close_batch(self._queues[tp][-1])
+            tp = TopicPartition(tp.topic, self._sticky_partition(
+                tp.topic, self._partitions.get(tp.topic, 1)))
+            batch = self._open_batch(tp, size)
+        if batch is None:
+            queue = self._queues[tp]
+            if queue and not queue[-1].closed:
+                self._close_batch(queue[-1])
+            batch = _Batch(tp=tp, created=asyncio.get_running_loop().time())
+            queue.append(batch)
+            self._wake()
+        batch.records.append(record)
+        batch.futures.append(future)
+        batch.size += size
+        self._buffered += size
+        if self._buffered >= self.max_buffer_bytes and self._space is not None:
+            self._space.clear()
+        if batch.size >= self.max_batch_bytes:
+            self._close_batch(batch)
+
+    def _open_batch(self, tp: TopicPartition, size: int) -> _Batch | None:
+        """The partition's open batch if ``size`` more bytes fit (an empty queue: a new
+        batch, None when the last batch is closed or full)."""
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        if not queue:
+            batch = _Batch(tp=tp, created=asyncio.get_running_loop().time())
+            queue.append(batch)
+            self._wake()
+            return batch
+        batch = queue[-1]
+        if batch.closed or (batch.records and batch.size + size > self.max_batch_bytes):
+            return None
+        return batch
+
+    def _close_batch(self, batch: _Batch) -> None:
+        """No more records go into ``batch``; unkeyed records move to the next partition."""
+        batch.closed = True
+        if self._sticky.get(batch.tp.topic) == batch.tp.partition:
+            self._advance_sticky(batch.tp.topic)
+        self._wake()
+
+    async def _wait_for_space(self) -> None:
+        space = self._space
+        while space is not None and not space.is_set():
+            await space.wait()
+            self._check_usable()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    # --- internals: the sender ------------------------------------------------------------
+
+    async def _run_sender(self) -> None:
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            ready, next_at = self._ready_batches(loop.time())
+            if ready:
+                try:
+                    await self._send_round(ready)
+                except Exception as exc:  # a bug must fail the records, not hang them
+                    for batch in ready:
+                        self._complete(batch, exc)
+                continue
+            self._wakeup.clear()
+            timeout = None if next_at is None else max(next_at - loop.time(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def _ready_batches(self, now: float) -> tuple[list[_Batch], float | None]:
+        """The head batch of every partition that may go now, and when the next may."""
+        linger = self.linger_ms / 1000
+        limit = max(self._cluster.max_frame_bytes - _FRAME_HEADROOM, 1)
+        ready: list[_Batch] = []
+        total = 0
+        next_at: float | None = None
+        for queue in self._queues.values():
+            if not queue:
+                continue
+            batch = queue[0]
+            if batch.retry_at > now:
+                at = batch.retry_at
+            elif batch.closed or len(queue) > 1 or self._flushing or self._closing:
+                at = now
+            else:
+                at = batch.created + linger
+            if at > now:
+                next_at = at if next_at is None else min(next_at, at)
+                continue
+            if ready and total + batch.size > limit:
+                next_at = now
+                break
+            ready.append(batch)
+            total += batch.size
+        return ready, next_at
+
+    async def _send_round(self, batches: list[_Batch]) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        by_topic: dict[str, list[PartitionProduceData]] = {}
+        for batch in batches:
+            self._queues[batch.tp].popleft()
+            if not batch.closed:
+                self._close_batch(batch)
+            if batch.attempts == 0:
+                batch.deadline = now + self.request_timeout_ms / 1000
+            batch.attempts += 1
+            by_topic.setdefault(batch.tp.topic, []).append(
+                PartitionProduceData(index=batch.tp.partition,
+                                     records=encode_batch(batch.records)))
+        request = ProduceRequest(topic_data=[TopicProduceData(name=t, partition_data=parts)
+                                             for t, parts in by_topic.items()])
+        self._in_flight = batches
+        try:
+            resp = await self._cluster.send(request, response_type=ProduceResponse)
+        except (ConnectionClosedError, RequestTimedOutError, BrokerNotAvailableError) as exc:
+            for batch in batches:
+                self._retry_or_fail(batch, exc, retriable=True)
+            return
+        except GroupwireError as exc:
+            for batch in batches:
+                self._complete(batch, exc)
+            return
+        finally:
+            self._in_flight = []
+        if resp.error_code != ErrorCode.NONE:
+            err = error_for(resp.error_code, resp.error_message or "Produce")
+            for batch in batches:
+                self._retry_or_fail(batch, err, retriable=err.retriable)
+            return
+        answers: dict[TopicPartition, tuple[int, int, str | None]] = {}
+        for topic in resp.responses:
+            for p in topic.partition_responses:
+                answers[TopicPartition(topic.name, p.index)] = (
+                    p.error_code, p.base_offset, p.error_message)
+        for batch in batches:
+            code, base, msg = answers.get(batch.tp, (ErrorCode.UNKNOWN_SERVER_ERROR, -1,
+                                                     "partition missing from the answer"))
+            if code == ErrorCode.NONE:
+                self._complete(batch, None, base)
+                continue
+            err = error_for(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]")
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._partitions.pop(batch.tp.topic, None)
+            self._retry_or_fail(batch, err, retriable=err.retriable)
+
+    def _retry_or_fail(self, batch: _Batch, exc: BaseException, *, retriable: bool) -> None:
+        loop = asyncio.get_running_loop()
+        delay = backoff_s(batch.attempts - 1, self._cluster.retry_backoff_ms,
+                          self._cluster.retry_backoff_max_ms)
+        if not retriable or self._closed or loop.time() + delay >= batch.deadline:
+            if not isinstance(exc, GroupwireError):
+                exc = RequestTimedOutError(f"{batch.tp.topic}[{batch.tp.partition}]: {exc}")
+            self._complete(batch, exc)
+            return
+        batch.last_error = exc
+        batch.retry_at = loop.time() + delay
+        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        self._wake()
+
+    def _complete(self, batch: _Batch, exc: BaseException | None, base: int = -1) -> None:
+        if batch.done:
+            return
+        batch.done = True
+        self._buffered -= batch.size
+        if self._space is not None and self._buffered < self.max_buffer_bytes:
+            self._space.set()
+        topic, partition = batch.tp
+        for i, (record, future) in enumerate(zip(batch.records, batch.futures, strict=True)):
+            if future.done():
+                continue
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(RecordMetadata(topic, partition, base + i,
+                                                 record.timestamp_ms))
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for queue in self._queues.values():
+            while queue:
+                self._complete(queue.popleft(), exc)
+        for batch in self._in_flight:
+            self._complete(batch, exc)
+        self._in_flight = []
+        if self._space is not None:
+            self._space.set()
+
+
+__all__ = ["Producer"]

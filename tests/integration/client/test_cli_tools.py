@@ -1,0 +1,130 @@
+"""``groupwire topics|groups|produce`` against a real broker (commands run in a thread,
+since each runs its own event loop while the broker serves on the test's)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import Any
+
+import pytest
+
+from broker.server import Broker
+from client.admin import Admin
+from client.cli import main_for_tests
+from client.connection import Connection
+from client.types import TopicPartition
+from protocol.hashing import partition_for_key
+
+from ..rawgroup import RawMember
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # rich folds cells in narrow captures
+
+
+async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Exit code, stdout, and the command's own stderr lines (the in-process broker logs
+    to the same captured streams; its lines are left out)."""
+    capsys.readouterr()
+    code = await asyncio.to_thread(main_for_tests, list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    own = "".join(line + "\n" for line in err.splitlines() if line.startswith("groupwire "))
+    return code, out, own
+
+
+async def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    code, out, err = await run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out.strip().splitlines()[-1])  # one line; broker logs come before
+
+
+async def test_topics_create_list_describe(capsys: pytest.CaptureFixture[str],
+                                          bootstrap: str) -> None:
+    b = ("--bootstrap", bootstrap)
+    assert await run_json(capsys, "topics", "create", "orders", "--partitions", "3", *b) == {
+        "created": {"orders": 3}}
+    code, _, err = await run(capsys, "topics", "create", "orders", *b)
+    assert code == 1 and err.count("\n") == 1 and "TOPIC_ALREADY_EXISTS" in err
+    code, out, _ = await run(capsys, "topics", "create", "orders", "--if-not-exists", *b)
+    assert code == 0
+    assert await run_json(capsys, "topics", "list", *b) == [
+        {"name": "orders", "partitions": 3, "internal": False}]
+    listed = await run_json(capsys, "topics", "list", "--internal", *b)
+    assert {t["name"] for t in listed} == {"orders", "__consumer_offsets", "__group_events"}
+    code, out, _ = await run(capsys, "topics", "list", *b)
+    assert code == 0 and "orders" in out and "3" in out
+    described = await run_json(capsys, "topics", "describe", "orders", *b)
+    assert described == [{"name": "orders", "internal": False, "partitions": [
+        {"partition": p, "start_offset": 0, "end_offset": 0} for p in range(3)]}]
+
+
+async def test_produce_from_stdin_and_value(capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch, bootstrap: str,
+                                           admin: Admin) -> None:
+    await admin.create_topics("lines", 4)
+    b = ("--bootstrap", bootstrap)
+    monkeypatch.setattr("sys.stdin", io.StringIO("k1=a\nk2=b\nk1=c\n"))
+    produced = await run_json(capsys, "produce", "--topic", "lines", "--key-separator", "=",
+                              *b)
+    assert [r["partition"] for r in produced] == [
+        partition_for_key(k, 4) for k in (b"k1", b"k2", b"k1")]
+    one = await run_json(capsys, "produce", "--topic", "lines", "--value", "x",
+                         "--partition", "2", *b)
+    assert one == [{"topic": "lines", "partition": 2,
+                    "offset": sum(r["partition"] == 2 for r in produced)}]
+    code, out, _ = await run(capsys, "produce", "--topic", "lines", "--value", "y", *b)
+    assert code == 0 and "produced 1 record(s) to lines" in out
+    code, _, err = await run(capsys, "produce", "--topic", "nope", "--value", "y",
+                             "--timeout-ms", "300", *b)
+    assert code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in err and err.count("\n") == 1
+
+
+async def test_groups_list_describe_lag_reset_delete(capsys: pytest.CaptureFixture[str],
+                                                    broker: Broker, bootstrap: str,
+                                                    admin: Admin) -> None:
+    await admin.create_topics("work", 2)
+    b = ("--bootstrap", bootstrap)
+    await run(capsys, "produce", "--topic", "work", "--partition", "0", "--value", "a", *b)
+    conn = await Connection.open("127.0.0.1", broker.port, client_id="member")
+    m = RawMember(conn, "crew", ["work"])
+    try:
+        assert (await m.join_group()).error_code == 0
+        assert (await m.sync({m.member_id: [("work", [0, 1])]})).error_code == 0
+        assert (await m.commit({("work", 0): 0})).topics[0].partitions[0].error_code == 0
+        assert await run_json(capsys, "groups", "list", *b) == [
+            {"group_id": "crew", "protocol_type": "consumer", "state": "Stable"}]
+        (desc,) = await run_json(capsys, "groups", "describe", "crew", *b)
+        assert desc["state"] == "Stable" and desc["leader_id"] == m.member_id
+        assert desc["members"][0]["assignment"] == [
+            {"topic": "work", "partition": 0}, {"topic": "work", "partition": 1}]
+        assert desc["rebalances"][-1]["reason"] == "member-joined"
+        code, out, _ = await run(capsys, "groups", "describe", "crew", *b)
+        assert code == 0 and "work[0,1]" in out and "member-joined" in out
+        assert await run_json(capsys, "groups", "lag", "crew", *b) == [
+            {"topic": "work", "partition": 0, "committed": 0, "end": 1, "lag": 1},
+            {"topic": "work", "partition": 1, "committed": None, "end": 0, "lag": None}]
+        code, _, err = await run(capsys, "groups", "reset-offsets", "crew", "--to-latest", *b)
+        assert code == 1 and "is Stable" in err and err.count("\n") == 1
+        code, _, err = await run(capsys, "groups", "delete", "crew", *b)
+        assert code == 1 and "NON_EMPTY_GROUP" in err
+        assert (await m.leave()).error_code == 0
+    finally:
+        await conn.close()
+    assert await run_json(capsys, "groups", "reset-offsets", "crew", "--to-latest",
+                          "--topic", "work", *b) == [
+        {"topic": "work", "partition": 0, "offset": 1},
+        {"topic": "work", "partition": 1, "offset": 0}]
+    assert (await admin.list_consumer_group_offsets("crew"))[TopicPartition("work", 0)
+                                                             ].offset == 1
+    assert await run_json(capsys, "groups", "delete", "crew", *b) == {"crew": None}
+    assert await run_json(capsys, "groups", "list", *b) == []
+
+
+async def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = await run(capsys, "topics", "list", "--bootstrap", "127.0.0.1:1",
+                               "--timeout-ms", "200")
+    assert code == 1 and out == "" and err.count("\n") == 1 and "no broker reachable" in err
