@@ -17,8 +17,9 @@ usage() {
 Usage: ./dev.sh COMMAND [ARGS...]
 
 Commands:
-  run [ARGS]     run the broker with its storage in ./data
-                 (.venv/bin/groupwire broker --data-dir ./data ARGS)
+  run [ARGS]     the short demo (groupwire demo), then the broker with its storage
+                 in ./data (.venv/bin/groupwire broker --data-dir ./data ARGS)
+  demo [ARGS]    only the demo: a broker, a producer, three consumers, one killed
   test [ARGS]    run the test suite (python -m pytest -q ARGS),
                  e.g. ./dev.sh test tests/unit -x
   lint           ruff check, then mypy --strict on the sans-I/O cores
@@ -94,7 +95,14 @@ main() {
     case "$cmd" in
         run)
             ensure_venv
+            "$VENV/bin/groupwire" demo
+            echo "dev.sh: demo done; now serving the broker on 127.0.0.1:9092 (data in ./data)," \
+                 "metrics on :9100; Ctrl-C stops it" >&2
             exec "$VENV/bin/groupwire" broker --data-dir ./data "$@"
+            ;;
+        demo)
+            ensure_venv
+            exec "$VENV/bin/groupwire" demo "$@"
             ;;
         test)
             ensure_venv

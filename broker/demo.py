@@ -62,6 +62,9 @@ class _Signals:
 
     stable: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     progress: asyncio.Event = field(default_factory=asyncio.Event)
+    killed_at: float | None = None
+    session_timeout_ms: int = 0
+    grace_ms: int = 0
 
 
 _current: list[_Signals] = []
@@ -99,6 +102,8 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
 
 async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
     bootstrap = f"127.0.0.1:{broker.port}"
+    _signals().session_timeout_ms = opts.session_timeout_ms
+    _signals().grace_ms = broker.settings.connection_loss_grace_ms
     console.print(f"[bold]broker[/] listening on {bootstrap} "
                   f"(data in {broker.settings.data_dir})")
     admin = await Connection.open("127.0.0.1", broker.port, client_id="demo-admin")
@@ -117,6 +122,7 @@ async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
         total = sum(produced.values())
         await _wait_consumed(consumers, produced, console)
     finally:
+        watcher.cancel()  # the consumers' shutdown is not part of the story
         for c in consumers:
             if c.alive:
                 with contextlib.suppress(ProcessLookupError):
@@ -126,7 +132,6 @@ async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
                 await asyncio.wait_for(c.proc.wait(), 15)
         for r in readers:
             r.cancel()
-        watcher.cancel()
         await admin.close()
     consumed = set().union(*(c.seen for c in consumers))
     twice = sum(len(c.seen) for c in consumers) - len(consumed)
@@ -205,6 +210,14 @@ def _show(event: dict[str, object], members: set[str], console: Console) -> None
     elif kind == "rebalance_completed":
         console.print(f"  [bold]rebalance done[/] in {event.get('duration_ms')} ms: "
                       f"generation {event.get('generation_id')}, moved {parts}")
+        killed_at = _signals().killed_at
+        if killed_at is not None:
+            since = (time.monotonic() - killed_at) * 1000
+            console.print(f"  [bold green]failover[/]: the survivors own the dead consumer's "
+                          f"partitions {since:.0f} ms after the kill (session timeout "
+                          f"{_signals().session_timeout_ms} ms, connection-loss grace "
+                          f"{_signals().grace_ms} ms)")
+            _signals().killed_at = None
         _signals().stable.put_nowait(len(members))
 
 
@@ -237,18 +250,25 @@ async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerPr
     victim = consumers[1] if len(consumers) > 1 else None
     async with Producer(bootstrap, client_id="demo-producer", linger_ms=5) as producer:
         t0 = time.monotonic()
+        pending = []
         for i in range(opts.messages):
-            meta = await producer.send_and_wait(
-                TOPIC, f"order {i}".encode(), key=f"customer-{i % 97}".encode())
-            produced[meta.partition] = produced.get(meta.partition, 0) + 1
+            pending.append(await producer.send(
+                TOPIC, f"order {i}".encode(), key=f"customer-{i % 97}".encode()))
             if victim is not None and i == opts.messages // 3:
                 console.print(f"[bold red]killing {victim.name}[/] (SIGKILL, pid "
                               f"{victim.proc.pid}) after {i} messages")
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.alive = False
-            ahead = (i + 1) / opts.rate - (time.monotonic() - t0)
-            if ahead > 0:
-                await asyncio.sleep(ahead)  # pacing the producer, not waiting for an event
+                _signals().killed_at = time.monotonic()
+            if len(pending) >= 50:
+                for meta in await asyncio.gather(*pending):
+                    produced[meta.partition] = produced.get(meta.partition, 0) + 1
+                pending.clear()
+                ahead = (i + 1) / opts.rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)  # pacing the producer, not waiting for an event
+        for meta in await asyncio.gather(*pending):
+            produced[meta.partition] = produced.get(meta.partition, 0) + 1
     console.print(f"produced {opts.messages} messages")
     return produced
 

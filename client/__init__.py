@@ -4,6 +4,7 @@ Familiar to aiokafka users; better at rebalances (see DESIGN.md "Client SDK").
 """
 
 from client.admin import Admin
+from client.consumer import Consumer
 from client.errors import (
     BrokerResponseError,
     ClientClosedError,
@@ -12,6 +13,7 @@ from client.errors import (
     IllegalStateError,
     ListenerError,
 )
+from client.listener import RebalanceListener
 from client.producer import Producer
 from client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 
@@ -20,11 +22,13 @@ __all__ = [
     "BrokerResponseError",
     "ClientClosedError",
     "CommitFailedError",
+    "Consumer",
     "GroupwireError",
     "IllegalStateError",
     "ListenerError",
     "OffsetAndMetadata",
     "Producer",
+    "RebalanceListener",
     "Record",
     "RecordMetadata",
     "TopicPartition",

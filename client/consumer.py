@@ -24,9 +24,7 @@ from client.assignors import (
     PartitionAssignor,
     get_assignor,
     rebalance_protocol_for,
-    user_data_for,
 )
-from client.assignors import Subscription as AssignorSubscription
 from client.errors import (
     ClientClosedError,
     CommitFailedError,
@@ -38,37 +36,21 @@ from client.errors import (
 )
 from client.fetcher import EARLIEST, LATEST, Fetcher
 from client.heartbeat import HeartbeatThread, monotonic_ms
+from client.joiner import Joiner
 from client.link import CoordinatorLink, backoff_ms
 from client.listener import RebalanceListener, invoke
-from client.membership import Action, CommitCheck, Membership, MemberState
+from client.membership import CommitCheck, Generation, Membership, MemberState
 from client.subscription import SubscriptionState
 from client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
-from protocol.consumer import (
-    Assignment,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from protocol.errors import ErrorCode
 from protocol.messages import (
     FetchGroup,
-    JoinGroupRequest,
-    JoinGroupRequestProtocol,
-    JoinGroupResponse,
     LeaveGroupRequest,
     MemberIdentity,
-    MetadataRequest,
-    MetadataRequestTopic,
-    MetadataResponse,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
     OffsetCommitResponse,
-    SyncGroupRequest,
-    SyncGroupRequestAssignment,
-    SyncGroupResponse,
 )
 
 __all__ = ["Consumer"]
@@ -93,6 +75,10 @@ class Consumer:
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  metadata_max_age_ms: int = 30000, close_timeout_ms: int = 5000) -> None:
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        if max_poll_records < 1:
+            raise ValueError("max_poll_records must be >= 1")
         self._bootstrap = parse_bootstrap(bootstrap)
         self.group_id = group_id
         self.client_id = client_id
@@ -130,14 +116,19 @@ class Consumer:
         self._changed: asyncio.Event | None = None
         self._hb: HeartbeatThread | None = None
         self._join_task: asyncio.Task[list[TopicPartition] | None] | None = None
+        self._leave_task: asyncio.Task[None] | None = None
         self._started = False
         self._closing = False   # close() running: listeners may still commit
         self._closed = False
         self._next_autocommit_ms = 0
         self._next_metadata_ms = 0
-        self._joined_topics: frozenset[str] = frozenset()
-        self._assigned_counts: dict[str, int] | None = None   # leader's view at assignment
-        self._last_assignment: list[TopicPartition] = []
+        self._joiner = Joiner(
+            link=self._link, membership=self._m, lock=self._lock, subs=self._subs,
+            group_id=group_id or "", group_instance_id=group_instance_id,
+            assignors=self._assignors, protocol=self._protocol,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=self._rebalance_ms,
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            wake_heartbeat=self._wake_heartbeat, is_closed=lambda: self._closed)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -180,7 +171,11 @@ class Consumer:
             tasks = [t for t in (self._join_task, self._fetcher.cancel()) if t is not None]
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._leave_task is not None:
+                tasks.append(self._leave_task)  # let an unsubscribe's LeaveGroup finish
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
+                                       self._close_timeout)
             if self._hb is not None:
                 await asyncio.to_thread(self._hb.stop, self._close_timeout)
             await self._link.close()
@@ -242,7 +237,32 @@ class Consumer:
         self._subs.assign_manual(TopicPartition(*tp) for tp in partitions)
 
     def unsubscribe(self) -> None:
+        """Stop consuming; a group member revokes its partitions and leaves the group
+        (LeaveGroup for dynamic members) in the background, on this loop."""
+        owned = self._subs.assigned()
+        was_member = self._subs.subscribed and self.group_id is not None
         self._subs.unsubscribe()
+        if not was_member or not self._started:
+            return
+        if self._join_task is not None:
+            self._join_task.cancel()
+            self._join_task = None
+        with self._lock:
+            stable = self._m.state == MemberState.STABLE
+            leave = self._m.leave()
+        self._leave_task = asyncio.get_running_loop().create_task(
+            self._after_unsubscribe(owned, stable, leave), name="groupwire-unsubscribe")
+
+    async def _after_unsubscribe(self, owned: set[TopicPartition], stable: bool,
+                                 leave: Generation | None) -> None:
+        if owned:
+            await self._call_listener(
+                "on_partitions_revoked" if stable else "on_partitions_lost", owned)
+        if leave is not None and self.group_id is not None:
+            with contextlib.suppress(Exception):
+                await self._link.send(LeaveGroupRequest(group_id=self.group_id, members=[
+                    MemberIdentity(member_id=leave.member_id,
+                                   reason="the consumer unsubscribed")]), retry=False)
 
     def assignment(self) -> set[TopicPartition]:
         return self._subs.assigned()
@@ -441,7 +461,7 @@ class Consumer:
         if join:
             await self._on_join_prepare()
             self._join_task = asyncio.get_running_loop().create_task(
-                self._join_and_sync(), name="groupwire-join")
+                self._joiner.join_and_sync(), name="groupwire-join")
             self._join_task.add_done_callback(lambda _t: self._wake())
             return
         await self._maybe_autocommit()
@@ -466,12 +486,12 @@ class Consumer:
                 self._subs.set_assignment(owned - gone)
 
     def _current_topics(self) -> frozenset[str]:
-        return self._joined_topics if self._subs.pattern is not None else self._subs.topics
+        return self._joiner.joined_topics if self._subs.pattern is not None else self._subs.topics
 
     async def _apply_assignment(self, assigned: list[TopicPartition]) -> None:
         new = set(assigned)
         old = self._subs.assigned()
-        self._last_assignment = sorted(new)
+        self._joiner.last_assignment = sorted(new)
         if self._protocol == "cooperative":
             revoked = old - new
             added = new - old
@@ -490,120 +510,6 @@ class Consumer:
         if self._hb is not None:
             self._hb.wake()
 
-    async def _join_and_sync(self) -> list[TopicPartition] | None:
-        """JoinGroup then SyncGroup until Stable; network only, no listener calls here."""
-        assert self.group_id is not None
-        attempt = 0
-        while not self._closed:
-            try:
-                topics = await self._resolve_topics()
-                self._joined_topics = topics
-                with self._lock:
-                    self._m.join_sent(monotonic_ms())
-                    member_id = self._m.member_id
-                    generation = self._m.generation_id
-                join = await self._link.send(JoinGroupRequest(
-                    group_id=self.group_id, member_id=member_id,
-                    group_instance_id=self.group_instance_id,
-                    session_timeout_ms=self._session_ms, rebalance_timeout_ms=self._rebalance_ms,
-                    protocol_type="consumer",
-                    protocols=self._join_protocols(topics, generation),
-                    reason=None), timeout=self._rebalance_ms / 1000 + self._request_timeout,
-                    retry=False, response_type=JoinGroupResponse)
-                with self._lock:
-                    action = self._m.on_join_response(
-                        join.error_code, member_id=join.member_id,
-                        generation_id=join.generation_id, protocol_name=join.protocol_name,
-                        leader=join.leader, now_ms=monotonic_ms())
-                    leader = self._m.is_leader()
-                if action == Action.OK:
-                    if self._hb is not None:
-                        self._hb.wake()
-                    assignments: list[SyncGroupRequestAssignment] = []
-                    if leader and not join.skip_assignment:
-                        assignments = await self._assign(join)
-                    sync = await self._link.send(SyncGroupRequest(
-                        group_id=self.group_id, generation_id=join.generation_id,
-                        member_id=join.member_id, group_instance_id=self.group_instance_id,
-                        protocol_type="consumer", protocol_name=join.protocol_name,
-                        assignments=assignments),
-                        timeout=self._rebalance_ms / 1000 + self._request_timeout,
-                        retry=False, response_type=SyncGroupResponse)
-                    with self._lock:
-                        action = self._m.on_sync_response(sync.error_code, monotonic_ms())
-                    if action == Action.OK:
-                        if not sync.assignment:
-                            return []
-                        got = decode_assignment(sync.assignment).assigned_partitions
-                        return [TopicPartition(t, p) for t, ps in got for p in ps]
-                if action == Action.FATAL:
-                    self._wake()
-                    return None
-                if action == Action.REJOIN:
-                    attempt = 0
-                    continue
-                if action == Action.FIND_COORDINATOR:
-                    await self._link.drop()
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                log.info("join/sync failed: %s", exc)
-                with self._lock:
-                    self._m.connection_failed()
-                await self._link.drop()
-            attempt += 1
-            await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
-        return None
-
-    def _join_protocols(self, topics: frozenset[str], generation: int,
-                        ) -> list[JoinGroupRequestProtocol]:
-        owned = sorted(self._subs.assigned()) if self._protocol == "cooperative" else []
-        out = []
-        for assignor in self._assignors:
-            prior = owned or self._last_assignment
-            sub = Subscription(
-                topics=sorted(topics), owned_partitions=_group(owned),
-                generation_id=generation if owned else -1,
-                user_data=user_data_for(assignor, prior, generation))
-            out.append(JoinGroupRequestProtocol(name=assignor.name,
-                                                metadata=encode_subscription(sub)))
-        return out
-
-    async def _assign(self, join: JoinGroupResponse) -> list[SyncGroupRequestAssignment]:
-        assignor = next((a for a in self._assignors if a.name == join.protocol_name),
-                        self._assignors[0])
-        subs: dict[str, AssignorSubscription] = {}
-        wanted: set[str] = set()
-        for m in join.members:
-            try:
-                s = decode_subscription(m.metadata)
-            except Exception:  # an undecodable member gets nothing
-                s = Subscription(topics=[])
-            wanted.update(s.topics)
-            subs[m.member_id] = AssignorSubscription(
-                topics=tuple(s.topics),
-                owned_partitions=[TopicPartition(t, p) for t, ps in s.owned_partitions
-                                  for p in ps],
-                generation=s.generation_id, user_data=s.user_data,
-                group_instance_id=m.group_instance_id)
-        counts = await self._partition_counts(sorted(wanted))
-        self._assigned_counts = counts
-        plan = assignor.assign(counts, subs)
-        return [SyncGroupRequestAssignment(
-            member_id=member, assignment=encode_assignment(Assignment(
-                assigned_partitions=_group(sorted(plan.get(member, []))))))
-            for member in subs]
-
-    async def _partition_counts(self, topics: list[str] | None) -> dict[str, int]:
-        meta = await self._link.send(MetadataRequest(
-            topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
-            allow_auto_topic_creation=False), response_type=MetadataResponse)
-        return {t.name: len(t.partitions) for t in meta.topics
-                if t.error_code == ErrorCode.NONE and not t.is_internal}
-
-    async def _resolve_topics(self) -> frozenset[str]:
-        if self._subs.pattern is None:
-            return self._subs.topics
-        return self._subs.match(await self._partition_counts(None))
-
     async def _maybe_check_metadata(self) -> None:
         """Rejoin when a pattern matches new topics or (leader) partition counts changed."""
         now = monotonic_ms()
@@ -617,17 +523,18 @@ class Consumer:
         if not stable or self._join_task is not None:
             return
         try:
-            counts = await self._partition_counts(
+            counts = await self._joiner.partition_counts(
                 None if self._subs.pattern is not None else sorted(self._subs.topics))
         except Exception as exc:  # try again next time
             log.debug("metadata check failed: %s", exc)
             return
         rejoin = False
-        if self._subs.pattern is not None and self._subs.match(counts) != self._joined_topics:
+        joined = self._joiner.joined_topics
+        if self._subs.pattern is not None and self._subs.match(counts) != joined:
             rejoin = True
-        if leader and self._assigned_counts is not None:
+        if leader and self._joiner.assigned_counts is not None:
             for topic, n in counts.items():
-                known = self._assigned_counts.get(topic)
+                known = self._joiner.assigned_counts.get(topic)
                 if (n != known) if known is not None else topic in self._current_topics():
                     rejoin = True
         if rejoin:
@@ -685,16 +592,28 @@ class Consumer:
             by_topic.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
                 partition_index=tp.partition, committed_offset=om.offset,
                 committed_metadata=om.metadata or None))
-        resp = await self._link.send(OffsetCommitRequest(
+        request = OffsetCommitRequest(
             group_id=self.group_id, generation_id=generation, member_id=member_id,
             group_instance_id=self.group_instance_id if generation >= 0 else None,
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
-                    for t, ps in by_topic.items()]), response_type=OffsetCommitResponse)
-        codes = {p.error_code for t in resp.topics for p in t.partitions} | {resp.error_code}
-        codes.discard(ErrorCode.NONE)
-        if not codes:
-            return
-        code = min(codes, key=lambda c: (c not in _GROUP_ERRORS, c))
+                    for t, ps in by_topic.items()])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._request_timeout
+        attempt = 0
+        while True:
+            resp = await self._link.send(request, response_type=OffsetCommitResponse)
+            codes = {p.error_code for t in resp.topics for p in t.partitions}
+            codes = (codes | {resp.error_code}) - {ErrorCode.NONE}
+            if not codes:
+                return
+            code = min(codes, key=lambda c: (c not in _GROUP_ERRORS, c))
+            if (code in _GROUP_ERRORS or code == ErrorCode.PARTITION_NOT_OWNED
+                    or not error_for(code).retriable or loop.time() >= deadline):
+                break
+            attempt += 1  # retriable (coordinator moving, timeouts): back off and resend
+            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                await self._link.drop()
+            await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
         if code in _GROUP_ERRORS and generation >= 0:
             with self._lock:
                 self._m.on_commit_error(code, sent, monotonic_ms())
@@ -766,6 +685,10 @@ class Consumer:
         if not self._started:
             raise IllegalStateError("call start() (or use `async with`) first")
 
+    def _wake_heartbeat(self) -> None:
+        if self._hb is not None:
+            self._hb.wake()
+
     def _wake(self) -> None:
         if self._wakeup is not None:
             self._wakeup.set()
@@ -786,11 +709,4 @@ class Consumer:
         assert self._changed is not None
         self._changed.clear()
         await self._changed.wait()
-
-
-def _group(tps: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
-    by_topic: dict[str, list[int]] = {}
-    for t, p in tps:
-        by_topic.setdefault(t, []).append(p)
-    return [(t, sorted(ps)) for t, ps in sorted(by_topic.items())]
 

@@ -8,7 +8,6 @@ stale assignment (``epoch``) or for a partition whose fetch offset moved (seek) 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -58,7 +57,6 @@ class Fetcher:
         self._partition_max_bytes = max_partition_fetch_bytes
         self._backoff = retry_backoff_ms / 1000
         self._task: asyncio.Task[None] | None = None
-        self.data_ready = asyncio.Event()
         self.error: BaseException | None = None
         self.on_done: Callable[[], None] | None = None   # wakes the poll
 
@@ -146,12 +144,6 @@ class Fetcher:
             done = self.on_done
             self._task.add_done_callback(lambda _t: done())
 
-    async def wait_idle(self) -> None:
-        """Wait for the Fetch in flight, if any (bounded by fetch_max_wait_ms)."""
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._task)
-
     def cancel(self) -> asyncio.Task[None] | None:
         """Cancel the Fetch in flight; returns its task so the caller can await it."""
         task, self._task = self._task, None
@@ -189,7 +181,7 @@ class Fetcher:
             return
         if epoch != self._subs.epoch:
             return
-        got = False
+        failed = False
         for topic in resp.responses:
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition_index)
@@ -199,19 +191,20 @@ class Fetcher:
                 if p.high_watermark >= 0:
                     st.highwater = p.high_watermark
                 if p.error_code == ErrorCode.PARTITION_NOT_OWNED:
-                    st.owned = False
+                    st.owned = False  # until the next assignment
                     continue
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    st.reset_needed = True
-                    got = True  # wake the poll so it resets the position
+                    st.reset_needed = True  # the next poll applies auto_offset_reset
                     continue
-                if p.error_code != ErrorCode.NONE or not p.records:
+                if p.error_code != ErrorCode.NONE:
+                    failed = True
+                    continue
+                if not p.records:
                     continue
                 try:
                     decoded = decode_records(p.records, offsets[tp])
                 except CorruptBatchError as exc:
                     self.error = exc
-                    got = True
                     continue
                 if not decoded:
                     continue
@@ -220,9 +213,8 @@ class Fetcher:
                     st.buffer.append(Record(t, part, r.offset, r.key, r.value,
                                             r.timestamp_ms, r.headers))
                 st.fetch_offset = decoded[-1].offset + 1
-                got = True
-        if got:
-            self.data_ready.set()
+        if failed:  # answered at once with an error: do not spin
+            await asyncio.sleep(self._backoff)
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[Record]]:
         """Take up to ``max_records`` buffered records of unpaused partitions."""
@@ -239,12 +231,8 @@ class Fetcher:
             out[tp] = taken
             st.position = taken[-1].offset + 1
             left -= n
-        if not any(st.buffer for st in self._subs.partitions.values() if not st.paused):
-            self.data_ready.clear()
         return out
 
-    def has_data(self) -> bool:
-        return any(st.buffer for st in self._subs.partitions.values() if not st.paused)
 
 
 def _raise_for(code: int, message: str | None) -> None:

@@ -14,7 +14,7 @@ from typing import Final
 
 from protocol.errors import ErrorCode
 
-__all__ = ["NO_GENERATION", "Action", "CommitCheck", "MemberState", "Membership"]
+__all__ = ["NO_GENERATION", "Action", "CommitCheck", "Generation", "MemberState", "Membership"]
 
 NO_GENERATION: Final = -1
 
@@ -268,6 +268,20 @@ class Membership:
         """Whether partitions held must be reported lost; clears the flag."""
         lost, self.lost_pending = self.lost_pending, False
         return lost
+
+    def leave(self) -> Generation | None:
+        """The app unsubscribed: forget the membership (its partitions were revoked, not
+        lost). Returns the identity a dynamic member sends in its LeaveGroup."""
+        leave = self.generation if self.member_id and not self.is_static else None
+        self.generation_id = NO_GENERATION
+        self.protocol_name = None
+        self.leader_id = ""
+        self.member_id = ""
+        self.lost_pending = False
+        self.rejoin_needed = True
+        if self.state not in (MemberState.FATAL, MemberState.CLOSED):
+            self.state = MemberState.UNJOINED
+        return leave
 
     def close(self) -> None:
         self.state = MemberState.CLOSED

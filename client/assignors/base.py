@@ -68,8 +68,8 @@ class PartitionAssignor(Protocol):
 
     def assign(
         self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        partitions_per_topic: dict[str, int],
+        subscriptions: dict[str, Subscription],
     ) -> Assignment: ...
 
 

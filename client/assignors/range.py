@@ -37,12 +37,12 @@ class RangeAssignor:
     ) -> Assignment:
         assignment = empty_assignment(subscriptions)
         order = member_order(subscriptions)
-        topics = {t for s in subscriptions.values() for t in s.topics}
-        for topic in sorted(topics):
+        subscribed = {m: frozenset(s.topics) for m, s in subscriptions.items()}
+        for topic in sorted(set().union(*subscribed.values())):
             count = partitions_per_topic.get(topic)
             if count is None:
                 continue
-            consumers = [m for m in order if topic in subscriptions[m].topics]
+            consumers = [m for m in order if topic in subscribed[m]]
             per_member, extra = divmod(count, len(consumers))
             start = 0
             for i, member in enumerate(consumers):

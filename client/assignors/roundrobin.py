@@ -36,11 +36,11 @@ class RoundRobinAssignor:
     ) -> Assignment:
         assignment = empty_assignment(subscriptions)
         circle = member_order(subscriptions)
-        topics = {t for s in subscriptions.values() for t in s.topics}
+        subscribed = {m: frozenset(s.topics) for m, s in subscriptions.items()}
         pos = 0
-        for tp in sorted_partitions(topics, partitions_per_topic):
+        for tp in sorted_partitions(set().union(*subscribed.values()), partitions_per_topic):
             # Some member subscribes to tp.topic (it came from the union), so this ends.
-            while tp.topic not in subscriptions[circle[pos]].topics:
+            while tp.topic not in subscribed[circle[pos]]:
                 pos = (pos + 1) % len(circle)
             assignment[circle[pos]].append(tp)
             pos = (pos + 1) % len(circle)
