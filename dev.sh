@@ -76,6 +76,8 @@ lint() {
         echo "== mypy --strict ${cores[*]}" >&2
         "$VENV/bin/mypy" --strict --no-warn-unused-configs "${cores[@]}" || failed=1
     fi
+    echo "== mypy broker client (the shells)" >&2
+    "$VENV/bin/mypy" --no-warn-unused-configs broker client || failed=1
     return "$failed"
 }
 

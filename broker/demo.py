@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 from rich.console import Console
@@ -230,8 +230,9 @@ def _fmt_partitions(value: object) -> str:
 
 async def _wait_stable(watcher: asyncio.Future[None], members: int) -> None:
     while True:
-        getter = asyncio.ensure_future(_signals().stable.get())
-        done, _ = await asyncio.wait({getter, watcher}, timeout=60,
+        getter: asyncio.Future[Any] = asyncio.ensure_future(_signals().stable.get())
+        waiting: list[asyncio.Future[Any]] = [getter, watcher]
+        done, _ = await asyncio.wait(waiting, timeout=60,
                                      return_when=asyncio.FIRST_COMPLETED)
         if watcher in done:
             watcher.result()

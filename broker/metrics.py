@@ -71,9 +71,9 @@ class _StateCollector(Collector):
         for group, topic, partition, offset in self._views.committed_offsets():
             labels = [group, topic, str(partition)]
             committed.add_metric(labels, offset)
-            end = ends.get((topic, partition))
-            if end is not None:
-                lag.add_metric(labels, max(0, end - offset))
+            log_end = ends.get((topic, partition))
+            if log_end is not None:
+                lag.add_metric(labels, max(0, log_end - offset))
         yield committed
         yield lag
 

@@ -302,6 +302,62 @@ def _produce(args: argparse.Namespace) -> int:
     return _guard(main)
 
 
+def _consume(args: argparse.Namespace) -> int:
+    """Print records as they arrive; in a group with --group (committing as it goes)."""
+
+    async def main() -> int:
+        from client.consumer import Consumer
+
+        consumer = Consumer(
+            args.bootstrap, group_id=args.group, client_id="groupwire-cli",
+            auto_offset_reset="earliest" if args.from_beginning else "latest",
+            request_timeout_ms=args.timeout_ms)
+        shown = 0
+        async with consumer:
+            if args.group is None:
+                from client.types import TopicPartition
+
+                async with Admin(args.bootstrap, client_id="groupwire-cli",
+                                 request_timeout_ms=args.timeout_ms) as admin:
+                    count = (await admin.list_topics()).get(args.topic)
+                if not count:
+                    raise ValueError(f"unknown topic {args.topic!r}")
+                consumer.assign([TopicPartition(args.topic, p) for p in range(count)])
+                if args.from_beginning:
+                    await consumer.seek_to_beginning()
+            else:
+                consumer.subscribe([args.topic])
+            idle_ms = 0
+            while args.max_messages is None or shown < args.max_messages:
+                batches = await consumer.getmany(timeout_ms=200)
+                records = [r for rs in batches.values() for r in rs]
+                if not records:
+                    idle_ms += 200
+                    if args.idle_timeout_ms is not None and idle_ms >= args.idle_timeout_ms:
+                        break
+                    continue
+                idle_ms = 0
+                for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+                    if args.max_messages is not None and shown >= args.max_messages:
+                        break
+                    shown += 1
+                    value = (r.value or b"").decode(errors="replace")
+                    if args.json:
+                        _emit_json({"topic": r.topic, "partition": r.partition,
+                                    "offset": r.offset, "timestamp_ms": r.timestamp_ms,
+                                    "key": None if r.key is None else r.key.decode(
+                                        errors="replace"),
+                                    "value": value})
+                    elif args.print_key:
+                        print(f"{(r.key or b'').decode(errors='replace')}\t{value}")
+                    else:
+                        print(value)
+                sys.stdout.flush()
+        return 0
+
+    return _guard(main)
+
+
 # --- registration -------------------------------------------------------------------------
 
 
@@ -377,6 +433,20 @@ def register(subparsers: Any) -> None:
                    help="partition to write to (default: by key, else sticky per batch)")
     _common(p)
     p.set_defaults(func=_produce)
+
+    p = subparsers.add_parser("consume", help="print records of a topic (in a group with --group)")
+    p.add_argument("--topic", required=True, help="topic to read")
+    p.add_argument("--group", help="consume as a member of this group, committing offsets "
+                   "(default: no group, every partition, nothing committed)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the earliest offset when nothing is committed "
+                   "(default: only new records)")
+    p.add_argument("--max-messages", type=int, help="stop after this many records")
+    p.add_argument("--idle-timeout-ms", type=int,
+                   help="stop when nothing arrives for this long (default: run until Ctrl-C)")
+    p.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
+    _common(p)
+    p.set_defaults(func=_consume)
 
 
 def main_for_tests(argv: Sequence[str]) -> int:

@@ -40,7 +40,7 @@ class Store:
             self.conn = psycopg.connect(url, autocommit=True)
             self.mark = "%s"
         elif self.kind in ("mysql", "mariadb"):
-            import pymysql
+            import pymysql  # type: ignore[import-untyped]
 
             self.conn = pymysql.connect(
                 host=parsed.hostname or "127.0.0.1", port=parsed.port or 3306,

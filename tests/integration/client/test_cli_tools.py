@@ -128,3 +128,31 @@ async def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]
     code, out, err = await run(capsys, "topics", "list", "--bootstrap", "127.0.0.1:1",
                                "--timeout-ms", "200")
     assert code == 1 and out == "" and err.count("\n") == 1 and "no broker reachable" in err
+
+
+async def test_consume_without_and_with_a_group(capsys: pytest.CaptureFixture[str],
+                                                bootstrap: str) -> None:
+    b = ("--bootstrap", bootstrap)
+    assert (await run(capsys, "topics", "create", "feed", "--partitions", "2", *b))[0] == 0
+    for value in ("a", "b", "c"):
+        code, _, _ = await run(capsys, "produce", "--topic", "feed", "--value", value,
+                               "--partition", "0", *b)
+        assert code == 0
+    code, out, _ = await run(capsys, "consume", "--topic", "feed", "--from-beginning",
+                             "--max-messages", "3", "--json", *b)
+    assert code == 0
+    # the in-process broker logs to the same captured stdout: keep the JSON lines
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(r["partition"], r["offset"], r["value"]) for r in rows] == [
+        (0, 0, "a"), (0, 1, "b"), (0, 2, "c")]
+    code, out, _ = await run(capsys, "consume", "--topic", "feed", "--group", "cli-readers",
+                             "--from-beginning", "--max-messages", "3", "--json", *b)
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert code == 0 and [r["value"] for r in rows] == ["a", "b", "c"]
+    lag = await run_json(capsys, "groups", "lag", "cli-readers", *b)
+    # a group member commits what it consumed: partition 0 is read to its end
+    by_partition = {row["partition"]: row for row in lag}
+    assert (by_partition[0]["committed"], by_partition[0]["end"], by_partition[0]["lag"]) == (
+        3, 3, 0)
+    code, _, err = await run(capsys, "consume", "--topic", "nope", "--max-messages", "1", *b)
+    assert code == 1 and "unknown topic" in err
