@@ -184,17 +184,7 @@ class Membership:
         self.state = MemberState.UNJOINED
         if err == ErrorCode.REBALANCE_IN_PROGRESS:
             return Action.REJOIN
-        if err == ErrorCode.UNKNOWN_MEMBER_ID:
-            self._reset(keep_member_id=False, now_ms=now_ms)
-            return Action.REJOIN
-        if err == ErrorCode.ILLEGAL_GENERATION:
-            self._reset(keep_member_id=True, now_ms=now_ms)
-            return Action.REJOIN
-        if err == ErrorCode.FENCED_INSTANCE_ID:
-            return self._fatal(err)
-        if err in _COORDINATOR:
-            return Action.FIND_COORDINATOR
-        return Action.RETRY
+        return self._membership_error(err, now_ms)
 
     def connection_failed(self) -> None:
         """A JoinGroup/SyncGroup died with its connection: the next poll re-sends it."""
@@ -223,11 +213,14 @@ class Membership:
             if self.state == MemberState.STABLE:
                 self.rejoin_needed = True
             return Action.REJOIN
-        if err == ErrorCode.ILLEGAL_GENERATION:
-            self._reset(keep_member_id=True, now_ms=now_ms)
-            return Action.REJOIN
-        if err == ErrorCode.UNKNOWN_MEMBER_ID:
-            self._reset(keep_member_id=False, now_ms=now_ms)
+        return self._membership_error(err, now_ms)
+
+    def _membership_error(self, err: ErrorCode, now_ms: int) -> Action:
+        """What SyncGroup and Heartbeat errors mean for membership (reference §15.2-15.3):
+        a new generation is needed (member id kept only for ILLEGAL_GENERATION), a fenced
+        static member stops, a lost coordinator is looked up again, the rest is retried."""
+        if err in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            self._reset(keep_member_id=err == ErrorCode.ILLEGAL_GENERATION, now_ms=now_ms)
             return Action.REJOIN
         if err == ErrorCode.FENCED_INSTANCE_ID:
             return self._fatal(err)
