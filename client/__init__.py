@@ -9,9 +9,13 @@ from client.errors import (
     BrokerResponseError,
     ClientClosedError,
     CommitFailedError,
+    FencedInstanceIdError,
     GroupwireError,
     IllegalStateError,
     ListenerError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    error_for,
 )
 from client.listener import RebalanceListener
 from client.producer import Producer
@@ -23,13 +27,17 @@ __all__ = [
     "ClientClosedError",
     "CommitFailedError",
     "Consumer",
+    "FencedInstanceIdError",
     "GroupwireError",
     "IllegalStateError",
     "ListenerError",
     "OffsetAndMetadata",
     "Producer",
+    "RebalanceInProgressError",
     "RebalanceListener",
     "Record",
     "RecordMetadata",
     "TopicPartition",
+    "UnknownMemberIdError",
+    "error_for",
 ]
