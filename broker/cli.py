@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from broker import config
 from broker.config import SettingsError
@@ -126,6 +127,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return result
 
 
+# --- groupwire chaos --------------------------------------------------------------------
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from broker.chaos.runner import ChaosOptions, run_chaos
+    from broker.logs import configure_logging
+
+    configure_logging("console", "error")
+    opts = ChaosOptions(
+        bootstrap=args.bootstrap, consumers=args.consumers, faults=args.faults,
+        records=args.records, broker_faults=args.broker_faults, seed=args.seed,
+        session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
+        rate=args.rate, report=args.report)
+    if opts.bootstrap is not None and opts.broker_faults:
+        raise CliError("--broker-faults: only with the run's own broker (no --bootstrap)")
+    verdict = _run_loop(lambda: run_chaos(opts, Console()))
+    return 1 if verdict.violations else 0  # type: ignore[attr-defined]
+
+
 # --- parser -----------------------------------------------------------------------------
 
 
@@ -150,6 +172,27 @@ def build_parser() -> argparse.ArgumentParser:
     from client.cli import register as register_client_commands
 
     register_client_commands(sub)
+    p = sub.add_parser("chaos", help="kill, freeze and restart consumers (and the broker); "
+                       "check that nothing is lost",
+                       description="Run a producer, consumer processes in one group and a "
+                       "fault schedule drawn from --seed; print a verdict, exit 1 on a "
+                       "violation.")
+    p.add_argument("--bootstrap", default=None,
+                   help="an existing broker HOST:PORT (default: start one on temporary storage)")
+    p.add_argument("--consumers", type=int, default=6, help="consumer processes (default 6)")
+    p.add_argument("--faults", type=int, default=20,
+                   help="consumer faults: kill, freeze, restart, add, remove (default 20)")
+    p.add_argument("--records", type=int, default=5000, help="records to produce (default 5000)")
+    p.add_argument("--rate", type=int, default=500, help="records per second (default 500)")
+    p.add_argument("--partitions", type=int, default=12, help="partitions (default 12)")
+    p.add_argument("--broker-faults", type=int, default=0,
+                   help="SIGKILL and restart the run's own broker this often (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="fault schedule seed (default 0)")
+    p.add_argument("--session-timeout-ms", type=int, default=3000,
+                   help="consumers' session timeout (default 3000)")
+    p.add_argument("--report", type=Path, default=None,
+                   help="keep journals, broker log and verdict.json in this directory")
+    p.set_defaults(func=_cmd_chaos)
     p = sub.add_parser("health", help="check that a broker answers (exit 0 if healthy)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092",
                    help="broker address HOST:PORT (default 127.0.0.1:9092)")

@@ -1,0 +1,164 @@
+"""What a chaos run proves, computed from the consumers' journals and offset samples."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Verdict:
+    produced: int = 0
+    processed: int = 0
+    lost: list[tuple[int, int]] = field(default_factory=list)
+    duplicates: int = 0
+    unexplained_duplicates: list[tuple[int, int]] = field(default_factory=list)
+    offsets_backwards: list[str] = field(default_factory=list)
+    double_owned: list[str] = field(default_factory=list)
+    zombie_commits_refused: int = 0
+    slowest_recovery_s: float = 0.0
+    recovery_bound_s: float = 0.0
+    longest_unowned_s: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> list[str]:
+        out = []
+        if self.lost:
+            out.append(f"{len(self.lost)} acknowledged records never processed "
+                       f"(first: {self.lost[:5]})")
+        if self.unexplained_duplicates:
+            out.append(f"{len(self.unexplained_duplicates)} duplicates not explained by a "
+                       f"fault before commit (first: {self.unexplained_duplicates[:5]})")
+        out += [f"committed offset went backwards: {x}" for x in self.offsets_backwards]
+        out += [f"partition owned twice in one generation: {x}" for x in self.double_owned]
+        if self.slowest_recovery_s > self.recovery_bound_s:
+            out.append(f"group took {self.slowest_recovery_s:.1f} s to own every partition "
+                       f"again (bound {self.recovery_bound_s:.1f} s)")
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "produced": self.produced, "processed_distinct": self.processed,
+            "lost": len(self.lost), "duplicates": self.duplicates,
+            "unexplained_duplicates": len(self.unexplained_duplicates),
+            "offsets_backwards": self.offsets_backwards, "double_owned": self.double_owned,
+            "zombie_commits_refused": self.zombie_commits_refused,
+            "slowest_recovery_s": round(self.slowest_recovery_s, 3),
+            "recovery_bound_s": self.recovery_bound_s,
+            "longest_unowned_s": {str(p): round(s, 3)
+                                  for p, s in sorted(self.longest_unowned_s.items())},
+            "violations": self.violations,
+        }
+
+
+def read_journals(directory: Path) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    for path in sorted(directory.glob("member-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line cut by SIGKILL
+            event["journal"] = path.stem
+            events.append(event)
+    return sorted(events, key=_time)
+
+
+def _time(event: dict[str, object]) -> float:
+    t = event["t"]
+    assert isinstance(t, (int, float))
+    return float(t)
+
+
+def judge(events: list[dict[str, object]], acked: set[tuple[int, int]],
+          faulted: dict[str, float], zombies: set[str],
+          offset_samples: list[tuple[float, dict[int, int]]], partitions: int,
+          fault_times: list[float], end_t: float, recovery_bound_s: float) -> Verdict:
+    """``faulted``: journal -> time of its first fault; ``zombies``: journals stopped."""
+    v = Verdict(produced=len(acked), recovery_bound_s=recovery_bound_s)
+    readers: dict[tuple[int, int], set[str]] = {}
+    seen: Counter[tuple[int, int]] = Counter()
+    troubled: set[str] = set(faulted)
+    for e in events:
+        if e["event"] in ("commit_failed", "lost", "error"):
+            troubled.add(str(e["journal"]))
+    for e in events:
+        if e["event"] != "records":
+            continue
+        for p, o in e["records"]:  # type: ignore[attr-defined]
+            key = (int(p), int(o))
+            seen[key] += 1
+            readers.setdefault(key, set()).add(str(e["journal"]))
+    v.processed = len(seen)
+    v.lost = sorted(acked - set(seen))
+    dups = [k for k, n in seen.items() if n > 1]
+    v.duplicates = sum(seen[k] - 1 for k in dups)
+    # a record read twice is explained when one of its readers could not commit it: killed
+    # or frozen (a zombie hands out what it fetched before the freeze), or refused a commit
+    v.unexplained_duplicates = sorted(k for k in dups if not readers[k] & troubled)
+    v.zombie_commits_refused = sum(1 for e in events if e["event"] == "commit_failed"
+                                   and e["journal"] in zombies)
+    last: dict[int, int] = {}
+    for t, sample in offset_samples:
+        for p, off in sample.items():
+            if off < last.get(p, -1):
+                v.offsets_backwards.append(f"partition {p}: {last[p]} -> {off} at {t:.3f}")
+            last[p] = max(off, last.get(p, -1))
+    owners: dict[tuple[int, int], set[str]] = {}
+    for e in events:
+        if e["event"] == "assigned":
+            for p in e["partitions"]:  # type: ignore[attr-defined]
+                owners.setdefault((int(e["generation"]), int(p)), set()).add(  # type: ignore[call-overload]
+                    str(e["member"]))
+    v.double_owned = [f"generation {g} partition {p}: {sorted(m)}"
+                      for (g, p), m in sorted(owners.items()) if len(m) > 1]
+    _ownership(v, events, faulted, partitions, fault_times, end_t)
+    return v
+
+
+def _ownership(v: Verdict, events: list[dict[str, object]], faulted: dict[str, float],
+               partitions: int, fault_times: list[float], end_t: float) -> None:
+    """Who holds what over time: gaps per partition, and recovery after each fault."""
+    held: dict[str, set[int]] = {}
+    timeline: list[tuple[float, int]] = []  # (time, number of partitions owned)
+    unowned_since: dict[int, float] = {}
+    dead_at = dict(faulted)
+    changes = [(_time(e), e) for e in events if e["event"] in ("assigned", "revoked", "lost")]
+    deaths: list[tuple[float, dict[str, object]]] = [
+        (t, {"event": "dead", "journal": j}) for j, t in dead_at.items()]
+    marks = sorted(changes + deaths, key=lambda x: x[0])
+    start = None
+    for t, e in marks:
+        j = str(e["journal"])
+        parts = {int(p) for p in e.get("partitions", [])}  # type: ignore[attr-defined]
+        mine = held.setdefault(j, set())
+        if e["event"] == "assigned":
+            mine |= parts
+        elif e["event"] in ("revoked", "lost"):
+            mine -= parts
+        else:
+            mine.clear()
+        owned = set().union(*held.values())
+        if start is None and len(owned) == partitions:
+            start = t
+        if start is not None:
+            for p in range(partitions):
+                if p not in owned:
+                    unowned_since.setdefault(p, t)
+                elif p in unowned_since:
+                    gap = t - unowned_since.pop(p)
+                    v.longest_unowned_s[p] = max(v.longest_unowned_s.get(p, 0.0), gap)
+        timeline.append((t, len(owned)))
+    for p, since in unowned_since.items():
+        v.longest_unowned_s[p] = max(v.longest_unowned_s.get(p, 0.0), end_t - since)
+    faults = sorted(fault_times)
+    for i, ft in enumerate(faults):
+        before = [n for t, n in timeline if t <= ft]
+        if before and before[-1] == partitions:
+            continue  # this fault took nothing away from the group
+        back = next((t for t, n in timeline if t > ft and n == partitions), end_t)
+        if i + 1 < len(faults) and faults[i + 1] < back:
+            continue  # another fault struck before recovery: measured from that one
+        v.slowest_recovery_s = max(v.slowest_recovery_s, back - ft)

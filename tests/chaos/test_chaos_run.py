@@ -1,0 +1,25 @@
+"""`groupwire chaos` as CI runs it: 6 consumers, 20 consumer faults, 2 broker kills."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_chaos_scenario_loses_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "chaos", "--consumers", "6", "--faults", "20",
+         "--broker-faults", "2", "--records", "4000", "--rate", "250", "--seed", "7",
+         "--session-timeout-ms", "2000", "--report", str(report)],
+        capture_output=True, text=True, timeout=600)
+    verdict = json.loads((report / "verdict.json").read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert verdict["violations"] == []
+    assert verdict["lost"] == 0 and verdict["produced"] > 0
+    assert verdict["processed_distinct"] >= verdict["produced"]
+    assert sum("broker killed" in f for f in verdict["faults"]) == 2
+    assert len(verdict["faults"]) == 22
+    assert "no violation" in result.stdout
