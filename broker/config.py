@@ -58,6 +58,7 @@ class BrokerSettings:
     max_connections: int = 10000
     max_in_flight_requests: int = 128
     connections_max_idle_ms: int = 600000
+    frame_read_timeout_ms: int = 30000
     log_format: str = "auto"
     log_level: str = "info"
 
@@ -159,6 +160,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_in_flight_requests",
            "requests read ahead of their answers per connection", _at_least(1)),
     Option("connections_max_idle_ms", "close connections idle this long", _at_least(1)),
+    Option("frame_read_timeout_ms",
+           "close a connection holding a partial frame this long (slowloris)", _at_least(1)),
     Option("log_format", "log output: json, console, or auto (console on a terminal)",
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",

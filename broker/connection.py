@@ -43,7 +43,11 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._last_active = time.monotonic()
         self._idle_handle: asyncio.TimerHandle | None = None
+        self._partial_since: float | None = None
+        """When the decoder last started holding a partial frame (None: it holds none)."""
+        self._partial_handle: asyncio.TimerHandle | None = None
         self.close_reason = "client"
+        self._refused = ""
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -51,6 +55,9 @@ class ClientConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = self._transport.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else ""
+        if self._refused:
+            self.abort(self._refused)
+            return
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
@@ -60,6 +67,10 @@ class ClientConnection(asyncio.Protocol):
         except FrameError as exc:
             self.abort("bad-frame", str(exc))
             return
+        if self._decoder.buffered:
+            self._note_partial(bool(frames))
+        else:
+            self._partial_since = None
         if frames:
             self._backlog.extend(frames)
             self._drain_backlog()
@@ -68,6 +79,8 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         if self._idle_handle is not None:
             self._idle_handle.cancel()
+        if self._partial_handle is not None:
+            self._partial_handle.cancel()
         self.broker.connection_lost(self)
 
     # --- requests and responses ---------------------------------------------------------
@@ -158,6 +171,10 @@ class ClientConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def refuse(self, reason: str) -> None:
+        """Close as soon as the transport exists (the protocol factory runs before it)."""
+        self._refused = reason
+
     def close(self) -> None:
         self.abort("broker-shutdown")
 
@@ -181,3 +198,33 @@ class ClientConnection(asyncio.Protocol):
         wait = idle_s if self._in_flight else idle_s - quiet
         self._idle_handle = asyncio.get_running_loop().call_later(wait, self._check_idle)
 
+    # --- half-frame (slowloris) timeout ---------------------------------------------------
+
+    def _note_partial(self, new_frame_started: bool) -> None:
+        """A partial frame is buffered: start its clock, and one timer if none is pending.
+
+        The timer is never cancelled when the frame completes; on firing it looks at
+        ``_partial_since`` and re-arms for what is left, so a busy connection costs one
+        comparison per read rather than timer churn.
+        """
+        if self._partial_since is None or new_frame_started:
+            self._partial_since = time.monotonic()
+        if self._partial_handle is None:
+            timeout_s = self.broker.settings.frame_read_timeout_ms / 1000
+            self._partial_handle = asyncio.get_running_loop().call_later(
+                timeout_s, self._check_partial)
+
+    def _check_partial(self) -> None:
+        self._partial_handle = None
+        if self._closed or self._partial_since is None:
+            return
+        timeout_s = self.broker.settings.frame_read_timeout_ms / 1000
+        if self._paused:  # the broker stopped reading: the client is not the slow one
+            self._partial_since = time.monotonic()
+        held = time.monotonic() - self._partial_since
+        if held >= timeout_s:
+            self.abort("frame-read-timeout",
+                       f"partial frame of {self._decoder.buffered} bytes held {held:.1f}s")
+            return
+        self._partial_handle = asyncio.get_running_loop().call_later(
+            timeout_s - held, self._check_partial)

@@ -27,6 +27,7 @@ from broker.coordinator import (
     TimerQueue,
 )
 from broker.coordinator.events import GroupEvent
+from broker.coordinator.offsets import CommittedOffset
 from broker.durability import Durability
 from broker.fetch import FetchManager
 from broker.logs import get_logger
@@ -34,6 +35,7 @@ from broker.metrics import BrokerMetrics, StateViews
 from broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
 from broker.storage import TopicStore
 from broker.storage.errors import StorageError
+from broker.storage.fileops import FileOps
 from broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from protocol.errors import ErrorCode
 from protocol.messages import (
@@ -45,6 +47,7 @@ from protocol.messages import (
     FindCoordinatorRequest,
     ListOffsetsRequest,
     MetadataRequest,
+    OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
@@ -69,8 +72,11 @@ class Broker:
     """One broker process: storage, coordinator, connections, metrics."""
 
     def __init__(self, settings: BrokerSettings, *,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms,
+                 file_ops: FileOps | None = None) -> None:
+        """``file_ops`` replaces storage's system calls (tests inject disk failures)."""
         self.settings = settings
+        self._file_ops = file_ops
         self.clock = clock
         self.metrics = BrokerMetrics()
         self.store: TopicStore | None = None
@@ -103,7 +109,8 @@ class Broker:
         """Recover storage and groups, then listen: never answers before it is loaded."""
         settings = self.settings
         t0 = time.perf_counter()
-        store = TopicStore(settings.data_dir, settings.storage_config())
+        store = TopicStore(settings.data_dir, settings.storage_config(),
+                           file_ops=self._file_ops)
         self.store = store
         for report in store.recovery_reports():
             log.warning("log_recovered", **report)
@@ -230,8 +237,7 @@ class Broker:
         conn = ClientConnection(self, self._next_conn_id)
         self._next_conn_id += 1
         if len(self._connections) >= self.settings.max_connections or self._closing:
-            conn.close_reason = "max-connections"
-            asyncio.get_running_loop().call_soon(conn.abort, "max-connections")
+            conn.refuse("max-connections")
         self._connections[conn.conn_id] = conn
         self.metrics.connections_accepted.inc()
         return conn
@@ -276,6 +282,12 @@ class Broker:
         coordinator = self.coordinator
         assert coordinator is not None
         ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
+        if type(request) is OffsetCommitRequest:
+            undo = _CommitUndo(coordinator, request)
+            result = coordinator.handle(ctx, request, self.clock())
+            undo.applied()
+            self.execute(result, on_failure=undo)
+            return
         self.execute(coordinator.handle(ctx, request, self.clock()))
 
     def _topic_handlers(self, topics: TopicApis) -> dict[type, Callable[..., None]]:
@@ -311,8 +323,13 @@ class Broker:
 
     # --- executing coordinator results --------------------------------------------------
 
-    def execute(self, result: Result) -> None:
-        """Do what the coordinator decided: persist, then answer; arm timers; emit events."""
+    def execute(self, result: Result,
+                on_failure: Callable[[], None] | None = None) -> None:
+        """Do what the coordinator decided: persist, then answer; arm timers; emit events.
+
+        ``on_failure`` runs if the records could not be written or made durable, before
+        the replies (which then say KAFKA_STORAGE_ERROR) go out.
+        """
         if result.timers:
             self._apply_timers(result.timers)
         if result.events:
@@ -321,8 +338,14 @@ class Broker:
             failed = self._persist(result)
             assert self._durability is not None
             replies = result.replies
-            self._durability.after_write(
-                lambda err: self._send_replies(replies, failed or err is not None))
+
+            def written(err: StorageError | None) -> None:
+                lost = failed or err is not None
+                if lost and on_failure is not None:
+                    on_failure()
+                self._send_replies(replies, lost)
+
+            self._durability.after_write(written)
         elif result.replies:
             self._send_replies(result.replies, False)
 
@@ -432,6 +455,27 @@ def _storage_failed_produce(response: ProduceResponse, error: Exception) -> Prod
                 error_message=f"not durable: {error}")
             for p in t.partition_responses])
         for t in response.responses])
+
+
+class _CommitUndo:
+    """Reverts an OffsetCommit in the coordinator if its records were not written."""
+
+    __slots__ = ("_coordinator", "_group", "_partitions", "_before", "_after")
+
+    def __init__(self, coordinator: Coordinator, request: OffsetCommitRequest) -> None:
+        self._coordinator = coordinator
+        self._group = request.group_id
+        self._partitions = [(t.name, p.partition_index)
+                            for t in request.topics for p in t.partitions]
+        self._before = coordinator.offsets_snapshot(self._group, self._partitions)
+        self._after: dict[tuple[str, int], CommittedOffset | None] = {}
+
+    def applied(self) -> None:
+        """Remember what the commit set, so a later commit over it is left alone."""
+        self._after = self._coordinator.offsets_snapshot(self._group, self._partitions)
+
+    def __call__(self) -> None:
+        self._coordinator.revert_offsets(self._group, self._before, self._after)
 
 
 def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:

@@ -15,6 +15,7 @@ from broker.coordinator.fencing import not_owned
 from broker.coordinator.heartbeat import handle_heartbeat
 from broker.coordinator.join import handle_join
 from broker.coordinator.leave import handle_leave
+from broker.coordinator.offsets import CommittedOffset
 from broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
 from broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from broker.coordinator.records import GroupRecord
@@ -133,6 +134,34 @@ class Coordinator:
         engine.out.reset()
         loading.start(engine, now_ms)
         return engine.out.build()
+
+    # --- undoing a commit whose record was not written ----------------------------------
+
+    def offsets_snapshot(self, group_id: str, partitions: Iterable[tuple[str, int]],
+                         ) -> dict[tuple[str, int], CommittedOffset | None]:
+        """The committed entries of these partitions now (None: none), for ``revert``."""
+        current = self._engine.offsets.of(group_id)
+        return {tp: current.get(tp) for tp in partitions}
+
+    def revert_offsets(self, group_id: str,
+                       before: dict[tuple[str, int], CommittedOffset | None],
+                       after: dict[tuple[str, int], CommittedOffset | None]) -> None:
+        """Put back ``before`` for partitions still holding what a commit set (``after``).
+
+        The shell calls this when a commit's record could not be made durable: the client
+        was told KAFKA_STORAGE_ERROR, so OffsetFetch must keep answering the old offset,
+        as it would after a restart. A partition committed over since is left alone.
+        """
+        offsets = self._engine.offsets
+        current = offsets.of(group_id)
+        for tp, old in before.items():
+            new = after.get(tp)
+            if new is None or new is old or current.get(tp) is not new:
+                continue
+            if old is None:
+                offsets.delete(group_id, tp)
+            else:
+                offsets.commit(group_id, tp, old)
 
     # --- read-only views ------------------------------------------------------------
 
