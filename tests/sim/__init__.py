@@ -1,0 +1,1 @@
+"""Seeded, replayable simulation of the sans-I/O coordinator (issue 4)."""

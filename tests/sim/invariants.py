@@ -1,0 +1,217 @@
+"""What must hold after every step, judged from public views (DescribeGroups, the replies
+clients see) and the engine's state moves, against the simulator's own rules."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from broker.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupState,
+)
+from protocol.consumer import decode_assignment
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    DescribedGroup,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    Request,
+    Response,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from tests.sim.world import World
+
+# Kafka's classic group moves (reference §2), written out here independently of the
+# coordinator's own table so that a wrong table would be caught too.
+LEGAL: Final[frozenset[tuple[GroupState, GroupState]]] = frozenset(
+    {(EMPTY, PREPARING_REBALANCE), (STABLE, PREPARING_REBALANCE),
+     (COMPLETING_REBALANCE, PREPARING_REBALANCE), (PREPARING_REBALANCE, COMPLETING_REBALANCE),
+     (PREPARING_REBALANCE, EMPTY), (COMPLETING_REBALANCE, STABLE)}
+    | {(s, DEAD) for s in GroupState if s is not DEAD})
+
+
+class InvariantError(AssertionError):
+    """An invariant failed; the schedule adds its seed and steps."""
+
+
+class Checker:
+    """Keeps what was observed so far and checks it after every step."""
+
+    def __init__(self, world: World, group_id: str, session_of: dict[str, int],
+                 slack_ms: int) -> None:
+        self.world = world
+        self.group_id = group_id
+        self.session_of = session_of          # member id -> its session timeout
+        self.slack_ms = slack_ms              # max rebalance timeout + grace + delay
+        self.contact: dict[str, int] = {}     # member id -> last time it could be renewed
+        self.instance_of: dict[str, str] = {}  # member id -> group instance id
+        self.leaders: dict[int, set[str]] = {}
+        self.owners: dict[int, dict[tuple[str, int], str]] = {}
+        self.generation = -1
+        self.members: frozenset[str] = frozenset()
+        self.described: DescribedGroup | None = None
+        self.commits_accepted = 0
+        self._assignments: dict[bytes, list[tuple[str, list[int]]]] = {}
+        world.on_reply = self.saw_reply
+        world.on_deleted = self.saw_deleted
+
+    def identity(self, member_id: str) -> str:
+        instance = self.instance_of.get(member_id)
+        return f"instance:{instance}" if instance is not None else f"member:{member_id}"
+
+    # --- observations ---------------------------------------------------------------------
+
+    def saw_request(self, member_id: str) -> None:
+        if member_id:
+            self.contact[member_id] = self.world.now
+
+    def saw_deleted(self, group_id: str) -> None:
+        """A new group of that name starts again at generation 0."""
+        if group_id == self.group_id:
+            self.leaders.clear()
+            self.owners.clear()
+
+    def saw_reply(self, request: Request, resp: Response) -> None:
+        """Every answer as the coordinator produces it (parked ones when released).
+        Answering a Join or Sync re-arms the member's session (Kafka), hence the renewal."""
+        if isinstance(resp, JoinGroupResponse) and isinstance(request, JoinGroupRequest):
+            self.saw_join(resp, request.group_instance_id)
+        elif isinstance(resp, SyncGroupResponse) and isinstance(request, SyncGroupRequest):
+            self.contact[request.member_id] = self.world.now
+            self.saw_sync(resp, request.member_id, request.generation_id)
+
+    def saw_join(self, resp: JoinGroupResponse, instance_id: str | None) -> None:
+        if resp.member_id:
+            self.contact[resp.member_id] = self.world.now
+            if instance_id is not None:
+                self.instance_of[resp.member_id] = instance_id
+        if resp.error_code != ErrorCode.NONE:
+            return
+        for m in resp.members:
+            if m.group_instance_id is not None:
+                self.instance_of[m.member_id] = m.group_instance_id
+        raw = self.leaders.setdefault(resp.generation_id, set())
+        if resp.leader not in raw:
+            raw.add(resp.leader)
+            self._check_leader(resp.generation_id)
+
+    def saw_sync(self, resp: SyncGroupResponse, member_id: str, generation_id: int) -> None:
+        if resp.error_code != ErrorCode.NONE:
+            return
+        owners = self.owners.setdefault(generation_id, {})
+        me = self.identity(member_id)
+        for topic, parts in decode_assignment(resp.assignment).assigned_partitions:
+            for p in parts:
+                other = owners.setdefault((topic, p), me)
+                if other != me:
+                    raise InvariantError(f"generation {generation_id}: {(topic, p)} handed "
+                                         f"to {other} and {me}")
+
+    def before_commit(self) -> DescribedGroup:
+        return self.world.describe(self.group_id)
+
+    def saw_commit(self, before: DescribedGroup, member_id: str, generation_id: int,
+                   codes: dict[tuple[str, int], ErrorCode], *, owned: bool = False) -> None:
+        """``owned``: the partitions are the ones this member was assigned; then a Stable
+        group must take the commit from its current member (Kafka)."""
+        current_ids = {m.member_id for m in before.members}
+        if (owned and before.group_state == STABLE.value and member_id in current_ids
+                and generation_id == before.generation_id
+                and any(c is not ErrorCode.NONE for c in codes.values())):
+            raise InvariantError(f"Stable group refused a commit of its own partitions from "
+                                 f"current member {member_id!r}: {codes}")
+        if not codes or any(c is not ErrorCode.NONE for c in codes.values()):
+            return
+        self.commits_accepted += 1
+        if generation_id < 0 and before.group_state == EMPTY.value:
+            return  # Kafka: an Empty group only stores offsets; anyone may commit
+        current = {m.member_id for m in before.members}
+        if member_id not in current or generation_id != before.generation_id:
+            raise InvariantError(
+                f"commit accepted from {member_id!r} generation {generation_id}, but the "
+                f"group ({before.group_state}) is at generation {before.generation_id} "
+                f"with members {sorted(current)}")
+
+    # --- after every step -------------------------------------------------------------------
+
+    def check(self, parked: frozenset[str] = frozenset()) -> None:
+        """``parked``: members whose JoinGroup or SyncGroup is still unanswered; like
+        Kafka's awaiting members they are kept alive until answered (the join phase counts
+        initial-delay windows, so a clock jump may legitimately extend it)."""
+        world = self.world
+        moves, world.transitions[:] = list(world.transitions), []
+        for source, target in moves:
+            if (source, target) not in LEGAL:
+                raise InvariantError(f"illegal transition {source.value} -> {target.value}")
+        g = world.describe(self.group_id)
+        self.described = g
+        state = g.group_state
+        ids = frozenset(m.member_id for m in g.members)
+        for m in g.members:
+            if m.group_instance_id is not None:
+                self.instance_of[m.member_id] = m.group_instance_id
+        now = world.now
+        # a completed join phase re-arms every remaining member's session (Kafka)
+        if g.generation_id != self.generation:
+            for mid in ids:
+                self.contact[mid] = now
+            self.generation = g.generation_id
+        for mid in ids - self.members:
+            self.contact.setdefault(mid, now)
+        for mid in parked & ids:
+            self.contact[mid] = now
+        self.members = ids
+        self._check_leaders()
+        self._check_deadlines(ids, now)
+        if state == STABLE.value:
+            self._check_stable(g)
+        elif state in (EMPTY.value, DEAD.value, "") and ids:
+            raise InvariantError(f"{state or 'absent'} group has members {sorted(ids)}")
+
+    def _check_leader(self, generation: int) -> None:
+        who = {self.identity(r) for r in self.leaders[generation]}
+        if len(who) > 1:
+            raise InvariantError(f"generation {generation} has leaders {sorted(who)}")
+
+    def _check_leaders(self) -> None:
+        """Again once Describe taught more member -> instance pairs: only generations
+        with several leader ids can fail."""
+        for generation, raw in self.leaders.items():
+            if len(raw) > 1:
+                self._check_leader(generation)
+
+    def _check_deadlines(self, ids: frozenset[str], now: int) -> None:
+        for mid in ids:
+            session = self.session_of.get(mid)
+            if session is None:
+                continue
+            deadline = self.contact[mid] + session + self.slack_ms
+            if now > deadline:
+                raise InvariantError(f"member {mid} still in the group at {now}, past its "
+                                     f"deadline {deadline} (last renewal {self.contact[mid]})")
+
+    def _decoded(self, data: bytes) -> list[tuple[str, list[int]]]:
+        cached = self._assignments.get(data)
+        if cached is None:
+            cached = self._assignments[data] = decode_assignment(data).assigned_partitions
+        return cached
+
+    def _check_stable(self, g: DescribedGroup) -> None:
+        owned: dict[tuple[str, int], str] = {}
+        for m in g.members:
+            if not m.member_assignment:
+                raise InvariantError(f"Stable member {m.member_id} has no assignment")
+            for topic, parts in self._decoded(m.member_assignment):
+                count = self.world.topics.get(topic)
+                for p in parts:
+                    if count is None or not 0 <= p < count:
+                        raise InvariantError(f"{m.member_id} assigned unknown {(topic, p)}")
+                    other = owned.setdefault((topic, p), m.member_id)
+                    if other != m.member_id:
+                        raise InvariantError(f"Stable: {(topic, p)} assigned to {other} "
+                                             f"and {m.member_id}")

@@ -1,0 +1,131 @@
+"""The simulated shell: one clock, the coordinator's TimerQueue, connections, replies.
+
+Time only moves when the schedule says so; every timer fires at its own deadline
+(``step_through``) or, for a clock jump, all at the jumped-to instant (``jump``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from broker.coordinator import (
+    Coordinator,
+    CoordinatorConfig,
+    RequestContext,
+    Result,
+    TimerQueue,
+)
+from broker.coordinator.group import Group
+from broker.coordinator.history import Cause
+from broker.coordinator.state import GroupState
+from protocol.messages import (
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    Request,
+    Response,
+)
+
+DESCRIBE_CONN = 0
+Transition = tuple[GroupState, GroupState]
+
+
+class World:
+    """Feeds requests, closed connections and due timers to the coordinator."""
+
+    def __init__(self, config: CoordinatorConfig, topics: dict[str, int]) -> None:
+        self.now = 0
+        self.topics = topics
+        ids = itertools.count(1)
+        self.coord = Coordinator(config, topics.get, new_uuid=lambda: f"u{next(ids)}")
+        self.timers = TimerQueue()
+        self.replies: dict[tuple[int, int], Response] = {}
+        self.closed: set[int] = set()
+        self.transitions: list[Transition] = []
+        self.requests: dict[tuple[int, int], Request] = {}
+        # hooks the checker installs: every reply as it is produced, every group deletion
+        self.on_reply: Callable[[Request, Response], None] = lambda req, resp: None
+        self.on_deleted: Callable[[str], None] = lambda group_id: None
+        self._cids = itertools.count(1)
+        self._conns = itertools.count(1)
+        self._spy_transitions()
+        self.apply(self.coord.start(self.now))
+
+    def _spy_transitions(self) -> None:
+        """Record every state move the engine makes (a probe: the legality is judged by
+        the simulator's own table, not the coordinator's)."""
+        engine = self.coord._engine
+        inner = engine.transition
+        log = self.transitions
+
+        def spy(group: Group, target: GroupState, now_ms: int,
+                cause: Cause | None = None) -> None:
+            source = group.state
+            inner(group, target, now_ms, cause)
+            log.append((source, target))
+
+        engine.transition = spy  # type: ignore[method-assign]
+
+    def apply(self, result: Result) -> None:
+        self.timers.apply(result.timers)
+        for event in result.events:
+            if event.type == "group_deleted":
+                self.on_deleted(event.group_id)
+        for reply in result.replies:
+            key = (reply.conn_id, reply.correlation_id)
+            if key in self.replies:
+                raise AssertionError(f"request {key} answered twice")
+            if reply.conn_id in self.closed:
+                raise AssertionError(f"reply on closed connection {key}")
+            self.replies[key] = reply.response
+            request = self.requests.pop(key, None)
+            if request is not None:
+                self.on_reply(request, reply.response)
+
+    def new_conn(self) -> int:
+        return next(self._conns)
+
+    def send(self, request: Request, conn: int, client_id: str) -> int:
+        cid = next(self._cids)
+        self.requests[(conn, cid)] = request
+        self.apply(self.coord.handle(RequestContext(conn, cid, client_id, "/sim"), request,
+                                     self.now))
+        self.fire_due()
+        return cid
+
+    def reply(self, conn: int, cid: int | None) -> Response | None:
+        return None if cid is None else self.replies.get((conn, cid))
+
+    def close(self, conn: int) -> None:
+        self.closed.add(conn)
+        self.apply(self.coord.connection_closed(conn, self.now))
+        self.fire_due()
+
+    def fire_due(self) -> None:
+        while due := self.timers.pop_due(self.now):
+            for key in due:
+                self.apply(self.coord.expire(key, self.now))
+
+    def step_through(self, ms: int) -> None:
+        """Advance ``ms``, each timer firing at its own deadline."""
+        end = self.now + ms
+        while (deadline := self.timers.next_deadline()) is not None and deadline <= end:
+            self.now = max(self.now, deadline)
+            self.fire_due()
+        self.now = end
+        self.fire_due()
+
+    def jump(self, ms: int) -> None:
+        """A clock jump: everything due in between fires late, at the new time."""
+        self.now += ms
+        self.fire_due()
+
+    def describe(self, group_id: str) -> DescribedGroup:
+        cid = next(self._cids)
+        result = self.coord.handle(RequestContext(DESCRIBE_CONN, cid, "sim", "/sim"),
+                                   DescribeGroupsRequest(groups=[group_id]), self.now)
+        self.apply(result)
+        resp = self.replies.pop((DESCRIBE_CONN, cid))
+        assert isinstance(resp, DescribeGroupsResponse)
+        return resp.groups[0]
