@@ -85,6 +85,7 @@ class Broker:
         self._timer_handle: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
         self._connections: dict[int, ClientConnection] = {}
+        self._connection_closed = asyncio.Event()
         self._next_conn_id = 1
         self._server: asyncio.Server | None = None
         self._metrics_server: object | None = None
@@ -242,9 +243,20 @@ class Broker:
         self.metrics.connections_accepted.inc()
         return conn
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def wait_connections(self, at_most: int) -> None:
+        """Return once no more than ``at_most`` connections are open (operators, tests)."""
+        while len(self._connections) > at_most:
+            self._connection_closed.clear()
+            await self._connection_closed.wait()
+
     def connection_lost(self, conn: ClientConnection) -> None:
         if self._connections.pop(conn.conn_id, None) is None:
             return
+        self._connection_closed.set()
         self.metrics.connections_closed.labels(conn.close_reason).inc()
         if self._fetches is not None:
             self._fetches.connection_closed(conn.conn_id)

@@ -166,10 +166,8 @@ async def test_fuzzed_connections_leave_the_group_and_memory_alone(
     accepted = broker.metrics.connections_accepted._value.get()
     assert accepted >= CONNECTIONS * (ROUNDS + 3)
     assert grown < RSS_GROWTH_LIMIT_KB, f"RSS grew {grown} kB after warm-up"
-    for _ in range(200):  # every hostile connection is gone; only the two clients remain
-        if len(broker._connections) <= 2:
-            break
-        await asyncio.sleep(0.02)
-    assert len(broker._connections) == 2
+    # every hostile connection is gone; only the two clients remain
+    await asyncio.wait_for(broker.wait_connections(at_most=2), 10)
+    assert broker.connection_count == 2
     await member.conn.close()
     await admin.close()
