@@ -245,15 +245,10 @@ class Membership:
             if sent == self.generation:
                 self.rejoin_needed = True
             return Action.REJOIN
-        if err in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-            if sent == self.generation:
-                self._reset(keep_member_id=err == ErrorCode.ILLEGAL_GENERATION, now_ms=now_ms)
-            return Action.REJOIN
-        if err == ErrorCode.FENCED_INSTANCE_ID:
-            return self._fatal(err)
-        if err in _COORDINATOR:
-            return Action.FIND_COORDINATOR
-        return Action.RETRY
+        if (err in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION)
+                and sent != self.generation):
+            return Action.REJOIN  # about a generation we have already left
+        return self._membership_error(err, now_ms)
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from broker.coordinator.history import Cause, group_partitions
 from broker.coordinator.member import Member
 from broker.coordinator.offsets import OffsetStore
 from broker.coordinator.outputs import Outputs
-from broker.coordinator.parking import HEARTBEAT, JOIN, SYNC, Address, Parking
+from broker.coordinator.parking import HEARTBEAT, JOIN, SYNC, Address, Kind, Parking
 from broker.coordinator.records import (
     GroupDeleteRecord,
     GroupMetadataRecord,
@@ -193,14 +193,15 @@ class Engine:
                           Address(conn_id, correlation_id))
 
     def answer_join(self, group: Group, member_id: str, response: JoinGroupResponse) -> bool:
-        address = self.parking.take(JOIN, group.group_id, member_id)
-        if address is None:
-            return False
-        self.out.reply(address.conn_id, address.correlation_id, response)
-        return True
+        return self._answer_parked(JOIN, group, member_id, response)
 
     def answer_sync(self, group: Group, member_id: str, response: SyncGroupResponse) -> bool:
-        address = self.parking.take(SYNC, group.group_id, member_id)
+        return self._answer_parked(SYNC, group, member_id, response)
+
+    def _answer_parked(self, kind: Kind, group: Group, member_id: str,
+                       response: JoinGroupResponse | SyncGroupResponse) -> bool:
+        """Answer the member's parked request of ``kind``; False if none was parked."""
+        address = self.parking.take(kind, group.group_id, member_id)
         if address is None:
             return False
         self.out.reply(address.conn_id, address.correlation_id, response)
