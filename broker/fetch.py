@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.coordinator import Coordinator
+from broker.logs import get_logger
 from broker.storage import TopicStore
 from broker.storage.errors import StorageError
 from protocol.errors import ErrorCode
@@ -21,6 +22,8 @@ from protocol.messages import (
     FetchResponse,
     FetchTopicResponse,
 )
+
+log = get_logger("groupwire.fetch")
 
 TopicPartition = tuple[str, int]
 Reply = Callable[[FetchResponse], None]
@@ -174,6 +177,9 @@ class FetchManager:
         try:
             data = plog.read(offset, max(limit, 0), first_batch_always=first_batch_always)
         except StorageError as exc:
+            if exc.code == ErrorCode.CORRUPT_MESSAGE:
+                log.error("corrupt_batch", topic=topic, partition=partition,
+                          fetch_offset=offset, error=str(exc))
             return FetchPartitionData(
                 partition_index=partition, error_code=exc.code, error_message=str(exc),
                 high_watermark=plog.high_watermark, log_start_offset=plog.log_start_offset,

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
@@ -28,6 +28,7 @@ from broker.coordinator import (
 )
 from broker.coordinator.events import GroupEvent
 from broker.coordinator.offsets import CommittedOffset
+from broker.coordinator.records import GroupMetadataRecord
 from broker.durability import Durability
 from broker.fetch import FetchManager
 from broker.logs import get_logger
@@ -56,6 +57,7 @@ from protocol.messages import (
     ProduceResponse,
     Request,
     Response,
+    SyncGroupResponse,
     TopicProduceResponse,
 )
 
@@ -356,6 +358,8 @@ class Broker:
                 if lost and on_failure is not None:
                     on_failure()
                 self._send_replies(replies, lost)
+                if lost:
+                    self._group_writes_failed(result)
 
             self._durability.after_write(written)
         elif result.replies:
@@ -385,9 +389,23 @@ class Broker:
             if conn is None:
                 continue
             response: Response = reply.response  # type: ignore[attr-defined]
-            if storage_failed and isinstance(response, OffsetCommitResponse):
-                response = _storage_failed_commit(response)
+            if storage_failed:
+                if isinstance(response, OffsetCommitResponse):
+                    response = _storage_failed_commit(response)
+                elif isinstance(response, SyncGroupResponse) and response.error_code == 0:
+                    response = _STORAGE_FAILED_SYNC
             conn.reply(reply.correlation_id, response)  # type: ignore[attr-defined]
+
+    def _group_writes_failed(self, result: Result) -> None:
+        """Group metadata that did not reach the disk: the coordinator undoes the
+        generation it described (its SyncGroup answers already said so)."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return
+        for record in result.records:
+            if isinstance(record, GroupMetadataRecord):
+                self.execute(coordinator.group_write_failed(
+                    record.group_id, record.generation_id, self.clock()))
 
     def _emit(self, events: tuple[GroupEvent, ...]) -> None:
         store = self.store
@@ -488,6 +506,10 @@ class _CommitUndo:
 
     def __call__(self) -> None:
         self._coordinator.revert_offsets(self._group, self._before, self._after)
+
+
+_STORAGE_FAILED_SYNC: Final = SyncGroupResponse(
+    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, assignment=b"")
 
 
 def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:

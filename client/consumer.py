@@ -437,6 +437,9 @@ class Consumer:
             await self._maybe_autocommit()
             return
         with self._lock:
+            if self._m.check_session(monotonic_ms(), self._session_ms):
+                log.warning("no heartbeat answer for a session timeout: partitions of "
+                            "group %s presumed lost, buffered records dropped", self.group_id)
             lost = self._m.take_lost()
         if lost:
             owned = self._subs.assigned()

@@ -176,6 +176,7 @@ class Membership:
         err = _code(code)
         if err == ErrorCode.NONE:
             self.state = MemberState.STABLE
+            self.last_heartbeat_answer_ms = now_ms
             self.rebalance_count += 1
             if self.rebalance_started_ms is not None:
                 self.last_rebalance_duration_ms = now_ms - self.rebalance_started_ms
@@ -227,6 +228,22 @@ class Membership:
         if err in _COORDINATOR:
             return Action.FIND_COORDINATOR
         return Action.RETRY
+
+    def check_session(self, now_ms: int, session_timeout_ms: int) -> bool:
+        """Presume the session lost when no heartbeat answer came for a whole session
+        timeout (a process frozen by SIGSTOP or a VM pause, a broker away that long).
+
+        By then the broker has removed the member and given its partitions away, so
+        records fetched before must not be handed out: the partitions are reported lost,
+        the buffers dropped, and the member joins afresh. True if that just happened.
+        """
+        heard = self.last_heartbeat_answer_ms
+        if (self.state is not MemberState.STABLE or heard is None
+                or now_ms - heard <= session_timeout_ms):
+            return False
+        self.last_heartbeat_answer_ms = None
+        self._reset(keep_member_id=False, now_ms=now_ms)
+        return True
 
     # --- commits ---------------------------------------------------------------------------
 

@@ -13,13 +13,15 @@ from broker.coordinator.config import CoordinatorConfig
 from broker.coordinator.engine import Engine
 from broker.coordinator.fencing import not_owned
 from broker.coordinator.heartbeat import handle_heartbeat
+from broker.coordinator.history import Cause
 from broker.coordinator.join import handle_join
 from broker.coordinator.leave import handle_leave
+from broker.coordinator.member import NO_PARTITIONS
 from broker.coordinator.offsets import CommittedOffset
 from broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
 from broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from broker.coordinator.records import GroupRecord
-from broker.coordinator.state import DEAD, GroupState
+from broker.coordinator.state import DEAD, STABLE, GroupState
 from broker.coordinator.sync import handle_sync
 from broker.coordinator.timers import TimerKey
 from protocol.errors import ErrorCode
@@ -162,6 +164,30 @@ class Coordinator:
                 offsets.delete(group_id, tp)
             else:
                 offsets.commit(group_id, tp, old)
+
+    # --- a group whose metadata was not written ------------------------------------
+
+    def group_write_failed(self, group_id: str, generation_id: int, now_ms: int) -> Result:
+        """The shell could not make the group's metadata for ``generation_id`` durable.
+
+        Kafka's rule for a leader's SyncGroup whose store failed: the members were told
+        COORDINATOR_NOT_AVAILABLE (the shell rewrote the answers), so their assignments are
+        reset and the group rebalances; the next completed generation is written again.
+        Nothing happens if the group has moved on since, or was not Stable.
+        """
+        engine = self._engine
+        engine.out.reset()
+        group = engine.groups.get(group_id)
+        if group is not None and group.state is STABLE and group.generation_id == generation_id:
+            for member in group.members.values():
+                # Nobody was handed the unwritten assignment, and the disk refuses commits
+                # anyway: owning and releasing nothing until the next generation is exact
+                # for eager members and costs cooperative ones only refused commits.
+                member.assignment = b""
+                member.owned = member.releasing = NO_PARTITIONS
+            engine.prepare_rebalance(group, now_ms, Cause(
+                "member-rejoined", "group metadata not written (storage error); rejoin"))
+        return engine.out.build()
 
     # --- read-only views ------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 ::
 
     StorageError                      a log could not be written or synced (KAFKA_STORAGE_ERROR)
+    ├── CorruptLogError               a stored batch fails its CRC (CORRUPT_MESSAGE)
     ├── OffsetOutOfRangeError         fetch offset outside [log start, high watermark]
     ├── UnknownTopicOrPartitionError  no such topic or partition (also a KeyError)
     ├── InvalidTopicError             bad topic name, or an internal topic refused
@@ -26,6 +27,10 @@ class StorageError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class CorruptLogError(StorageError):
+    code = ErrorCode.CORRUPT_MESSAGE
 
 
 class OffsetOutOfRangeError(StorageError):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from broker.storage.config import FsyncPolicy, StorageConfig
-from broker.storage.errors import OffsetOutOfRangeError, StorageError
+from broker.storage.errors import CorruptLogError, OffsetOutOfRangeError, StorageError
 from broker.storage.fileops import FileOps
 from broker.storage.flush import FlushItem, FlushTicket
 from broker.storage.recovery import RecoveryReport, open_segments
@@ -239,8 +239,17 @@ class PartitionLog:
                     return b"", offset
                 k = i + 1
                 end = seg.end_of(i)
+        data = seg.read(start, end)
+        bad = seg.first_bad_batch(data, i, k)
+        if bad is not None:
+            if bad == i:
+                raise CorruptLogError(
+                    f"corrupt batch in {self.topic}-{self.partition} at offset "
+                    f"{seg.bases[bad]} (segment {seg.base_offset}, byte {seg.positions[bad]}):"
+                    " CRC or offset does not match; not served")
+            k, data = bad, data[:seg.positions[bad] - start]
         next_offset = seg.bases[k] if k < n else seg.next_offset
-        return seg.read(start, end), next_offset
+        return data, next_offset
 
     def scan(self, from_offset: int = 0) -> Iterator[DecodedRecord]:
         """Every record from ``from_offset`` up to the log end offset (not the high

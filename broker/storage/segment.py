@@ -23,7 +23,9 @@ from broker.storage.fileops import FileOps
 from protocol.batches import (
     BatchHeader,
     CorruptBatchError,
+    batch_crc,
     iter_batch_spans,
+    read_header,
     validate_batch,
 )
 
@@ -50,7 +52,7 @@ class Segment:
 
     __slots__ = ("_ops", "base_offset", "bases", "fd", "index_fd", "index_path", "log_path",
                  "max_record_ts", "max_timestamp", "next_offset", "positions", "size",
-                 "tail_dirty", "timestamps", "touched")
+                 "tail_dirty", "timestamps", "touched", "verified_end")
 
     def __init__(self, directory: Path, base_offset: int, ops: FileOps, *, create: bool) -> None:
         self._ops = ops
@@ -77,6 +79,9 @@ class Segment:
         self.tail_dirty = False
         self.touched = create
         """Written during this run: fsynced before a clean shutdown is recorded."""
+        self.verified_end = 0
+        """File position up to which every batch is known good (checked since opening or
+        written by this run): reads below it skip the CRC check."""
 
     # --- opening ------------------------------------------------------------------------
 
@@ -137,6 +142,7 @@ class Segment:
         except CorruptBatchError as exc:
             reason = f"{exc.message} (batch at byte {exc.position})"
         self.touched = True
+        self.verified_end = good_end
         if good_end < file_size:
             ops.truncate(self.fd, good_end)
         self._rewrite_index()
@@ -193,6 +199,8 @@ class Segment:
             raise StorageError(f"write to {self.log_path.name} failed: {exc}") from exc
         self._add(header, pos, pos + len(data))
         self.max_record_ts = None
+        if self.verified_end == pos:
+            self.verified_end = self.size
 
     def truncate_tail(self) -> bool:
         """Cut the files back to what the index in memory holds; False if that failed."""
@@ -254,3 +262,29 @@ class Segment:
             return self._ops.read_exact(self.fd, end - start, start)
         except OSError as exc:
             raise StorageError(f"read from {self.log_path.name} failed: {exc}") from exc
+
+    def first_bad_batch(self, data: bytes, first: int, stop: int) -> int | None:
+        """Check batches ``first``..``stop - 1`` (``data`` holds exactly them) against their
+        CRC and index entry; the index of the first bad one, or None.
+
+        A log opened after a clean shutdown trusts its index and is not rescanned, so a disk
+        that rotted a byte since is caught here, before the batch leaves the broker. Checked
+        batches are remembered, so a steady consumer pays for each batch once.
+        """
+        base = self.positions[first]
+        if base + len(data) <= self.verified_end:
+            return None
+        view = memoryview(data)
+        for i in range(first, stop):
+            start, end = self.positions[i] - base, self.end_of(i) - base
+            if self.positions[i] + (end - start) <= self.verified_end:
+                continue
+            try:
+                header = read_header(view, start)
+            except CorruptBatchError:
+                return i
+            if header.base_offset != self.bases[i] or batch_crc(view, start, end) != header.crc:
+                return i
+            if self.verified_end == self.positions[i]:
+                self.verified_end = self.positions[i] + (end - start)
+        return None

@@ -166,3 +166,35 @@ async def test_a_failed_fsync_takes_the_log_offline_until_a_restart(
     assert _produce_code(await produce(conn, TOPIC, 0, [b"b"])) == ErrorCode.NONE
     assert (await _values(conn))[-1] == b"b"
     await conn.close()
+
+
+async def test_a_leader_sync_whose_group_record_fails_is_answered_with_an_error_and_undone(
+        start_broker: StartBroker) -> None:
+    """Kafka's rule: the members are told COORDINATOR_NOT_AVAILABLE rather than handed an
+    assignment the broker could not write, and the group rebalances; once the disk is
+    back, the next generation is written and served."""
+    disk = FaultyDisk()
+    broker = await start_broker(file_ops=disk)
+    conn = await _open(broker)
+    await create_topic(conn, TOPIC, 2)
+    member = RawMember(conn, "g", [TOPIC])
+    first = await member.join_group()
+    assert first.error_code == ErrorCode.NONE
+
+    disk.failing = True
+    refused = await member.sync(round_robin([member.member_id], TOPIC, 2))
+    assert (refused.error_code, refused.assignment) == (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                       b"")
+    assert (await member.heartbeat()).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    # the refused assignment gives no ownership: a commit with that generation is refused
+    assert (await member.commit({(TOPIC, 0): 1})).topics[0].partitions[0].error_code \
+        == ErrorCode.PARTITION_NOT_OWNED
+
+    disk.failing = False
+    again = await member.join_group()
+    assert again.error_code == ErrorCode.NONE
+    assert again.generation_id == first.generation_id + 1
+    ok = await member.sync(round_robin([member.member_id], TOPIC, 2))
+    assert ok.error_code == ErrorCode.NONE and ok.assignment != b""
+    assert (await member.heartbeat()).error_code == ErrorCode.NONE
+    await conn.close()

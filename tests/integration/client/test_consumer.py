@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from client.errors import CommitFailedError, ListenerError
 from client.listener import RebalanceListener
 from client.types import TopicPartition
 from protocol.errors import ErrorCode
+from tests.integration.brokerproc import BrokerProcess
 from tests.integration.rawgroup import RawMember, create_topic, produce
 
 pytestmark = pytest.mark.asyncio
@@ -166,20 +168,32 @@ async def test_poll_interval_expiry_loses_partitions(broker: Broker, admin: Conn
         assert c.metrics()["poll_expired_count"] == 1
 
 
-async def test_blocked_app_loop_keeps_membership(broker: Broker, admin: Connection) -> None:
-    await create_topic(admin, TOPIC, 1)
-    await produce(admin, TOPIC, 0, [b"slow"])
-    c = Consumer(bootstrap(broker), group_id="g4", **{**FAST, "session_timeout_ms": 300})
-    async with c:
-        c.subscribe([TOPIC])
-        got: list[Any] = []
-        await poll_until(c, lambda: len(got) >= 1, sink=got)
-        generation, member = c.generation_id, c.member_id
-        time.sleep(1.0)  # a CPU-bound handler: the loop is blocked > 3 session timeouts
-        await c.getmany(timeout_ms=0)
-        assert (c.generation_id, c.member_id) == (generation, member)
-        assert c.health()["state"] == "stable"
-        await c.commit()
+async def test_blocked_app_loop_keeps_membership(tmp_path: Path) -> None:
+    """The heartbeat thread keeps the member alive while a CPU-bound handler blocks the
+    app's loop; the broker is a process of its own here, as in production (one in this
+    loop would be blocked too and could not answer)."""
+    proc = BrokerProcess(tmp_path / "data", "--fsync", "never",
+                         "--group-initial-rebalance-delay-ms", "0",
+                         "--group-min-session-timeout-ms", "10").start()
+    try:
+        admin = await Connection.open("127.0.0.1", proc.port, client_id="test-admin")
+        await create_topic(admin, TOPIC, 1)
+        await produce(admin, TOPIC, 0, [b"slow"])
+        await admin.close()
+        c = Consumer(f"127.0.0.1:{proc.port}", group_id="g4",
+                     **{**FAST, "session_timeout_ms": 300})
+        async with c:
+            c.subscribe([TOPIC])
+            got: list[Any] = []
+            await poll_until(c, lambda: len(got) >= 1, sink=got)
+            generation, member = c.generation_id, c.member_id
+            time.sleep(1.0)  # a CPU-bound handler: the loop is blocked > 3 session timeouts
+            await c.getmany(timeout_ms=0)
+            assert (c.generation_id, c.member_id) == (generation, member)
+            assert c.health()["state"] == "stable"
+            await c.commit()
+    finally:
+        proc.kill()
 
 
 async def test_listener_error_surfaces_on_next_poll(broker: Broker, admin: Connection) -> None:
@@ -294,3 +308,41 @@ async def test_static_member_restart_gets_same_assignment_without_rebalance(
             await poll_until(b, lambda: True)
             assert b.generation_id == generation and rec_b.events == events_before
             assert b.health()["state"] == "stable"
+
+
+async def test_a_frozen_consumer_does_not_hand_out_records_buffered_before_the_freeze(
+        broker: Broker, admin: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGSTOPped consumer, once resumed, sees a whole session timeout without a
+    heartbeat answer: by then its partitions belong to someone else, so what it fetched
+    before the freeze is dropped and the partitions are reported lost, not handed out."""
+    await create_topic(admin, TOPIC, 1)
+    await produce(admin, TOPIC, 0, [b"r%d" % i for i in range(5)])
+    rec = Recorder()
+    c = Consumer(bootstrap(broker), group_id="frozen", enable_auto_commit=False,
+                 max_poll_records=1, **{**FAST, "heartbeat_interval_ms": 1000})
+    async with c:
+        c.subscribe([TOPIC], listener=rec)
+        got: list[Any] = []
+        await poll_until(c, lambda: len(got) >= 1, sink=got)
+        assert [r.offset for r in got] == [0]  # the other four wait in the fetch buffer
+        first_member = c.member_id
+
+        # the freeze: every clock of the process jumps past the session timeout at once
+        import client.consumer
+        import client.heartbeat
+        import client.joiner
+        real = client.heartbeat.monotonic_ms
+
+        def frozen_clock() -> int:
+            return real() + FAST["session_timeout_ms"] + 1
+        for module in (client.consumer, client.heartbeat, client.joiner):
+            monkeypatch.setattr(module, "monotonic_ms", frozen_clock)
+
+        rec.events.clear()
+        after: list[Any] = []
+        await poll_until(c, lambda: len(after) >= 1, sink=after)
+        assert rec.kinds()[:2] == ["lost", "assigned"]
+        # nothing committed, so the new member starts over at the committed position (none:
+        # earliest) — records came only through the new assignment, not the old buffer
+        assert after[0].offset == 0
+        assert c.member_id and c.member_id != first_member

@@ -219,3 +219,19 @@ def test_leave_after_unsubscribe_is_not_a_loss() -> None:
     assert m.state == MemberState.UNJOINED and m.heartbeat_target() is None
     static = joined(clock, instance="s")
     assert static.leave() is None  # static members never send LeaveGroup
+
+
+def test_no_heartbeat_answer_for_a_session_timeout_presumes_the_partitions_lost() -> None:
+    clock = Clock()
+    m = joined(clock, max_poll=10**9)
+    assert m.check_session(clock.advance(100), 100) is False  # exactly the timeout: kept
+    assert m.on_heartbeat_response(E.NONE, m.generation, clock.now) == Action.OK
+    assert m.check_session(clock.advance(100), 100) is False  # the answer renewed it
+    assert m.state == MemberState.STABLE
+    # frozen: the next look at the clock is past the session timeout since the last answer
+    assert m.check_session(clock.advance(101), 100) is True
+    assert m.take_lost() is True
+    assert m.state == MemberState.UNJOINED and m.needs_join()
+    assert (m.member_id, m.generation_id) == ("", -1)  # joins afresh: the old id is gone
+    assert m.commit_check() == CommitCheck.FAILED
+    assert m.check_session(clock.advance(10_000), 100) is False  # once, and only when Stable
