@@ -57,6 +57,7 @@ class Fetcher:
         self._partition_max_bytes = max_partition_fetch_bytes
         self._backoff = retry_backoff_ms / 1000
         self._task: asyncio.Task[None] | None = None
+        self._drain_from = 0
         self.error: BaseException | None = None
         self.on_done: Callable[[], None] | None = None   # wakes the poll
 
@@ -217,10 +218,19 @@ class Fetcher:
             await asyncio.sleep(self._backoff)
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[Record]]:
-        """Take up to ``max_records`` buffered records of unpaused partitions."""
+        """Take up to ``max_records`` buffered records of unpaused partitions.
+
+        Each drain starts one partition further on, so buffers empty evenly and the next
+        Fetch covers them all, instead of one partition's long poll holding back the rest.
+        """
         out: dict[TopicPartition, list[Record]] = {}
         left = max_records
-        for tp, st in self._subs.partitions.items():
+        items = list(self._subs.partitions.items())
+        if not items:
+            return out
+        start = self._drain_from % len(items)
+        self._drain_from = start + 1
+        for tp, st in items[start:] + items[:start]:
             if left <= 0:
                 break
             if st.paused or not st.buffer:

@@ -169,7 +169,9 @@ class Producer:
                                 f" got {type(v).__name__}")
         kb = bytes(kbytes) if kbytes is not None else None
         vb = bytes(vbytes) if vbytes is not None else None
-        count = await self._partition_count(topic)
+        count = self._fresh_count(topic)
+        if count is None:
+            count = await self._partition_count(topic)
         sticky = partition is None and kb is None
         if partition is None:
             partition = (partition_for_key(kb, count) if kb is not None
@@ -183,10 +185,12 @@ class Producer:
         for h, hv in hdrs:
             if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
                 raise TypeError("headers must be (str, bytes | None) pairs")
-        size = (_RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
-                + sum(len(h) + (len(v) if v else 0) + 4 for h, v in hdrs))
-        await self._wait_for_space()
-        self._check_usable()
+        size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
+        if hdrs:
+            size += sum(len(h) + (len(v) if v else 0) + 4 for h, v in hdrs)
+        if self._space is not None and not self._space.is_set():
+            await self._wait_for_space()
+            self._check_usable()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         self._append(TopicPartition(topic, partition),
@@ -228,11 +232,18 @@ class Producer:
         if not self._started:
             raise IllegalStateError("start() the producer before sending")
 
+    def _fresh_count(self, topic: str) -> int | None:
+        """The cached partition count while younger than metadata_max_age_ms: the common
+        case of ``send`` answered without a coroutine."""
+        count = self._partitions.get(topic)
+        if count is not None and (asyncio.get_running_loop().time() - self._partitions_at[topic]
+                                  < self.metadata_max_age_ms / 1000):
+            return count
+        return None
+
     async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
         loop = asyncio.get_running_loop()
-        count = self._partitions.get(topic)
-        if count is not None and not refresh and (
-                loop.time() - self._partitions_at[topic] < self.metadata_max_age_ms / 1000):
+        if not refresh and (count := self._fresh_count(topic)) is not None:
             return count
         deadline = loop.time() + self.request_timeout_ms / 1000
         attempt = 0
