@@ -27,7 +27,7 @@ Commands:
   -h, --help     show this help
 
 Every command first creates .venv with python3 -m venv if it is missing and installs
-the project with its dev extra (-e '.[dev]') whenever pyproject.toml is newer than the
+the project with its dev and spark extras (-e '.[dev,spark]') whenever pyproject.toml is newer than the
 last install. Set PYTHON to choose the interpreter that creates .venv (3.11+).
 EOF
 }
@@ -54,7 +54,7 @@ ensure_venv() {
     if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" ]]; then
         echo "dev.sh: installing groupwire and its dev tools into .venv" >&2
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
+        "$VENV/bin/python" -m pip install --quiet -e '.[dev,spark]'
         touch "$STAMP"
     fi
 }
@@ -76,8 +76,8 @@ lint() {
         echo "== mypy --strict ${cores[*]}" >&2
         "$VENV/bin/mypy" --strict --no-warn-unused-configs "${cores[@]}" || failed=1
     fi
-    echo "== mypy broker client (the shells)" >&2
-    "$VENV/bin/mypy" --no-warn-unused-configs broker client || failed=1
+    echo "== mypy broker client pipeline (the shells)" >&2
+    "$VENV/bin/mypy" --no-warn-unused-configs broker client pipeline || failed=1
     return "$failed"
 }
 

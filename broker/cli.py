@@ -141,7 +141,9 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap, consumers=args.consumers, faults=args.faults,
         records=args.records, broker_faults=args.broker_faults, seed=args.seed,
         session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
-        rate=args.rate, report=args.report)
+        rate=args.rate, report=args.report, rebalance_report=args.rebalance_report)
+    if opts.rebalance_report and opts.report is None:
+        raise CliError("--rebalance-report: needs --report DIR to write it into")
     if opts.bootstrap is not None and opts.broker_faults:
         raise CliError("--broker-faults: only with the run's own broker (no --bootstrap)")
     verdict = _run_loop(lambda: run_chaos(opts, Console()))
@@ -192,7 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="consumers' session timeout (default 3000)")
     p.add_argument("--report", type=Path, default=None,
                    help="keep journals, broker log and verdict.json in this directory")
+    p.add_argument("--rebalance-report", action="store_true",
+                   help="with --report: also write the Spark rebalance report of the run to "
+                   "DIR/rebalance-report (needs the spark extra and Java)")
     p.set_defaults(func=_cmd_chaos)
+    from broker.bench_cli import register as register_bench_command
+    from broker.report_cli import register as register_report_command
+
+    register_report_command(sub)
+    register_bench_command(sub)
     p = sub.add_parser("health", help="check that a broker answers (exit 0 if healthy)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092",
                    help="broker address HOST:PORT (default 127.0.0.1:9092)")

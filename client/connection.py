@@ -79,7 +79,8 @@ class Connection:
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
         finally:
-            if self._pending.pop(cid, None) is not None and not future.done():
+            if self._pending.pop(cid, None) is not None and (
+                    not future.done() or future.cancelled()):
                 if len(self._abandoned) >= _MAX_ABANDONED:
                     self._abandoned.clear()
                 self._abandoned.add(cid)

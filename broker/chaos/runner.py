@@ -38,6 +38,7 @@ class ChaosOptions:
     partitions: int = 12
     rate: int = 500
     report: Path | None = None
+    rebalance_report: bool = False
 
 
 @dataclass
@@ -82,6 +83,7 @@ async def _scenario(run: Run) -> Verdict:
     from client import Admin
 
     opts = run.opts
+    started_ms = time.time_ns() // 1_000_000
     if opts.bootstrap is None:
         run.broker_port = _free_port()
         await _start_broker(run)
@@ -124,6 +126,11 @@ async def _scenario(run: Run) -> Verdict:
     if opts.report is not None:
         (opts.report / "verdict.json").write_text(json.dumps(
             {"seed": opts.seed, "faults": run.log, **verdict.as_dict()}, indent=2))
+        if opts.rebalance_report:  # the broker still serves: the job reads its events
+            from broker.chaos.report_hook import write_rebalance_report
+
+            await write_rebalance_report(run.bootstrap, opts.report, GROUP, run.console,
+                                         since_ms=started_ms)
     return verdict
 
 

@@ -1,0 +1,208 @@
+"""A load generator in its own process: the same code drives the echo server and the broker.
+
+It reads members (group id, member id, generation) from a JSON file, pre-encodes one
+Heartbeat frame per member and correlation id, and keeps ``--depth`` requests in flight on
+each of ``--connections`` connections (closed loop), or sends at a fixed ``--rate``
+(open loop). Answers are counted, not decoded: a reply is good when it ends with
+``{"error_code": 0}``. Sent to the echo server or to the broker, the bytes are identical;
+only the server differs.
+
+Protocol on stdout: ``measure-start`` and ``measure-end`` around the measured window (the
+parent samples the server's CPU between them), then one JSON line of results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import msgpack
+
+from protocol.codec import encode_request
+from protocol.framing import frame
+from protocol.messages import HeartbeatRequest
+
+OK_SUFFIX = b"\x81\xaaerror_code\x00"
+OK_LEN = len(OK_SUFFIX)
+_HEADER = struct.Struct(">I")
+MIN_FRAMES_PER_CONN = 256
+
+
+class Stats:
+    __slots__ = ("bad", "first_bad", "good", "sent")
+
+    def __init__(self) -> None:
+        self.first_bad = b""
+        self.good = 0
+        self.bad = 0
+        self.sent = 0
+
+
+class LoadConnection(asyncio.Protocol):
+    """Sends pre-encoded frames in a cycle; each answer (closed loop) releases the next."""
+
+    def __init__(self, frames: Sequence[bytes], depth: int, stats: Stats, closed_loop: bool,
+                 ) -> None:
+        self.frames = frames
+        self.depth = depth
+        self.stats = stats
+        self.closed_loop = closed_loop
+        self.next = 0
+        self.in_flight = 0
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if self.closed_loop:
+            self.send(self.depth)
+
+    def send(self, count: int) -> None:
+        """Send ``count`` more frames, never more in flight than distinct correlation ids."""
+        frames = self.frames
+        count = min(count, len(frames) - 1 - self.in_flight)
+        if count <= 0 or self.transport is None:
+            return
+        i = self.next
+        end = i + count
+        wrapped = max(0, end - len(frames))
+        chunk = [*frames[i:end], *frames[:wrapped]]
+        self.next = end % len(frames)
+        self.in_flight += count
+        self.stats.sent += count
+        self.transport.write(b"".join(chunk))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        end = len(buf)
+        off = 0
+        good = bad = 0
+        while end - off >= 4:
+            (n,) = _HEADER.unpack_from(buf, off)
+            stop = off + 4 + n
+            if stop > end:
+                break
+            if buf[stop - OK_LEN:stop] == OK_SUFFIX:
+                good += 1
+            else:
+                bad += 1
+                if not self.stats.first_bad:
+                    self.stats.first_bad = bytes(buf[off + 4:stop])
+            off = stop
+        self.buf = buf[off:]
+        done = good + bad
+        self.in_flight -= done
+        self.stats.good += good
+        self.stats.bad += bad
+        if self.closed_loop and done:
+            self.send(done)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(exc)
+
+
+def build_frames(members: Sequence[Sequence[Any]], depth: int) -> list[bytes]:
+    """One connection's frames: its members in turn, each frame with its own correlation
+    id, at least enough of them that no id is reused while in flight."""
+    reps = max(1, math.ceil(max(MIN_FRAMES_PER_CONN, 4 * depth) / len(members)))
+    out = []
+    for cid in range(reps * len(members)):
+        group_id, member_id, generation = members[cid % len(members)]
+        out.append(frame(encode_request(cid, HeartbeatRequest(
+            group_id=group_id, generation_id=generation, member_id=member_id), "loadgen")))
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    members = json.loads(open(args.members).read())  # noqa: SIM115 (read once, small)
+    per_conn = [members[i::args.connections] for i in range(args.connections)]
+    per_conn = [m for m in per_conn if m]
+    stats = Stats()
+    loop = asyncio.get_running_loop()
+    closed_loop = args.rate <= 0
+    conns: list[LoadConnection] = []
+    for ms in per_conn:
+        frames = build_frames(ms, args.depth)
+        _, proto = await loop.create_connection(
+            lambda f=frames: LoadConnection(f, args.depth, stats, closed_loop),  # type: ignore[misc]
+            "127.0.0.1", args.port)
+        conns.append(proto)
+    pacer = None if closed_loop else asyncio.create_task(pace(conns, args.rate))
+    await asyncio.sleep(args.warmup_s)
+    good0, bad0, t0, cpu0 = stats.good, stats.bad, time.perf_counter(), time.process_time()
+    print("measure-start", flush=True)
+    await asyncio.sleep(args.seconds)
+    good1, bad1, t1, cpu1 = stats.good, stats.bad, time.perf_counter(), time.process_time()
+    print("measure-end", flush=True)
+    if pacer is not None:
+        pacer.cancel()
+    for c in conns:
+        if c.transport is not None:
+            c.transport.close()
+    seconds = t1 - t0
+    return {"good": good1 - good0, "bad": bad1 - bad0, "seconds": seconds,
+            "per_second": (good1 - good0) / seconds,
+            "loadgen_cpu_percent": 100.0 * (cpu1 - cpu0) / seconds,
+            "connections": len(conns), "depth": args.depth, "rate": args.rate,
+            "first_bad": _describe(stats.first_bad)}
+
+
+def _describe(payload: bytes) -> str | None:
+    """A bad answer, decoded for the error message (only ever the first one)."""
+    if not payload:
+        return None
+    try:
+        return repr(msgpack.unpackb(payload, raw=False))
+    except ValueError:
+        return repr(payload[:200])
+
+
+async def pace(conns: Sequence[LoadConnection], rate: float, tick_s: float = 0.01) -> None:
+    """Open loop: ``rate`` requests/s in total, spread over the connections every tick."""
+    t0 = time.perf_counter()
+    sent = 0
+    while True:
+        await asyncio.sleep(tick_s)
+        due = int(rate * (time.perf_counter() - t0)) - sent
+        if due <= 0:
+            continue
+        share, extra = divmod(due, len(conns))
+        for i, c in enumerate(conns):
+            c.send(share + (1 if i < extra else 0))
+        sent += due
+
+
+def main(argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--members", required=True, help="JSON file of [group, member, gen]")
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--depth", type=int, default=16, help="in flight per connection")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="requests/s in total (open loop); 0: closed loop at --depth")
+    parser.add_argument("--warmup-s", type=float, default=0.5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    from bench.echo import run_loop
+
+    result: dict[str, Any] = {}
+
+    async def go() -> None:
+        result.update(await run(args))
+
+    run_loop(go())
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(None))

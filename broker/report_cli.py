@@ -1,0 +1,138 @@
+"""``groupwire report``: the rebalance report (a local Spark job) from the command line.
+
+The job runs as ``python -m pipeline.report`` in a child process: the JVM and its log
+noise stay out of this one (Spark's log goes to ``DIR/spark.log``), and the child's
+``report: <step>`` lines become the progress shown here. ``register(subparsers)`` adds
+the subcommand to the ``groupwire`` parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SPARK_LOG = "spark.log"
+SUMMARY_PREFIX = "report-summary: "
+STEP_PREFIX = "report: "
+
+
+def spark_missing() -> str | None:
+    """Why the Spark job cannot run on this machine, or None when it can."""
+    for module in ("pyspark", "pyarrow"):
+        if importlib.util.find_spec(module) is None:
+            return (f"{module} is not installed: the report needs the spark extra "
+                    "(pip install 'groupwire[spark]') and Java 17")
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        return "Spark needs Java 17: no java on PATH and JAVA_HOME is not set"
+    return None
+
+
+def job_command(bootstrap: str, out: Path, *, group: str | None = None,
+                since_ms: int | None = None, master: str | None = "local[*]") -> list[str]:
+    """The child process that runs the job (the same module spark-submit runs)."""
+    cmd = [sys.executable, "-m", "pipeline.report", "--bootstrap", bootstrap,
+           "--out", str(out)]
+    if group is not None:
+        cmd += ["--group", group]
+    if since_ms is not None:
+        cmd += ["--since", str(since_ms)]
+    if master is not None:
+        cmd += ["--master", master]
+    return cmd
+
+
+def job_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def last_error(log: Path) -> str:
+    """The most telling line of a failed job's log (its last exception line)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "see the Spark log"
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith(("report: error:", "pyspark.errors", "RuntimeError", "OSError",
+                            "ConnectionError", "ValueError")) or "Exception:" in text:
+            return text[:500]
+    return next((ln.strip()[:500] for ln in reversed(lines) if ln.strip()), "no output")
+
+
+def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
+            ) -> tuple[int, dict[str, Any] | None]:
+    """Run the job, calling ``on_step`` per progress line; its exit code and summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] | None = None
+    with (out / SPARK_LOG).open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                env=job_env())
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if line.startswith(SUMMARY_PREFIX):
+                summary = json.loads(line[len(SUMMARY_PREFIX):])
+            elif line.startswith(STEP_PREFIX):
+                on_step(line[len(STEP_PREFIX):])
+        code = proc.wait()
+    return code, summary
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from broker.cli import CliError, check_health, parse_bootstrap
+    from pipeline.report.job import ReportError, parse_since
+
+    host, port = parse_bootstrap(args.bootstrap)
+    try:
+        since_ms = parse_since(args.since) if args.since is not None else None
+    except ReportError as exc:
+        raise CliError(str(exc)) from exc
+    reason = spark_missing()
+    if reason is not None:
+        raise CliError(reason)
+    health = asyncio.run(check_health(host, port, 5.0))
+    if not health["ok"]:
+        raise CliError(f"broker {host}:{port} does not answer: {health['error']}")
+    out: Path = args.out
+    console = Console(stderr=True)
+    cmd = job_command(args.bootstrap, out, group=args.group, since_ms=since_ms,
+                      master=args.master)
+    with console.status("report: starting Spark", spinner="dots") as status:
+        def step(text: str) -> None:
+            console.print(f"  [dim]{text}[/]")
+            status.update(f"report: {text}")
+
+        code, summary = run_job(cmd, out, step)
+    if code != 0 or summary is None:
+        raise CliError(f"the Spark job failed (exit {code}): {last_error(out / SPARK_LOG)}; "
+                       f"full log in {out / SPARK_LOG}")
+    print(f"{summary['rebalances']} rebalances ({summary['rebalances_running']} still "
+          f"running), {summary['member_ids']} member ids, {summary['partitions']} partitions "
+          f"({summary['unowned_ms']} ms without owner in all)")
+    print(f"report: {summary['html']}")
+    print(f"tables: {out}/{{events,rebalances,member_sessions,partition_ownership}} (Parquet)")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    from pipeline.report.job import add_arguments
+
+    p = subparsers.add_parser(
+        "report", help="rebalance report: Parquet tables and an HTML page (runs Spark)",
+        description="Read __group_events through the groupwire Spark data source and write "
+                    "rebalances, member sessions and partition ownership as Parquet, plus "
+                    "report.html with charts, under --out. Needs the spark extra and Java 17. "
+                    "On a cluster, spark-submit the module pipeline.report instead.")
+    add_arguments(p, default_master="local[*]")
+    p.set_defaults(func=_cmd_report)

@@ -1,0 +1,191 @@
+"""The data source's options, parsed and checked before Spark plans anything.
+
+Pure (no pyspark, no I/O) so every rule is unit-tested. Spark hands options over with
+case-insensitive keys; names here keep Spark's Kafka spelling (``startingOffsets``) and
+every error names the option it is about, so a typo fails the query at once instead of
+being ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from client.types import parse_bootstrap
+from pipeline.offsets import OffsetSpec, parse_offset_spec
+
+DEFAULT_FETCH_MAX_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_REQUEST_TIMEOUT_MS: Final = 30000
+
+_SOURCE_OPTIONS: Final = (
+    "bootstrap", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
+    "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions", "fetchMaxBytes",
+    "requestTimeoutMs",
+)
+_SINK_OPTIONS: Final = ("bootstrap", "topic", "requestTimeoutMs", "lingerMs",
+                        "maxBatchBytes", "checkpointLocation", "path")
+# Spark adds these itself for some writes; they mean nothing to this sink.
+
+Mode = Literal["batch", "stream"]
+
+
+class OptionError(ValueError):
+    """An unknown option or a bad value; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What a read needs, checked. ``topics`` xor ``pattern`` is set."""
+
+    bootstrap: str
+    topics: tuple[str, ...] | None
+    pattern: str | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    fetch_max_bytes: int
+    request_timeout_ms: int
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one this read subscribes to."""
+        if self.topics is not None:
+            return topic in self.topics
+        assert self.pattern is not None
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """What a write needs; ``topic`` is the default for rows without a topic column."""
+
+    bootstrap: str
+    topic: str | None
+    request_timeout_ms: int
+    linger_ms: int
+    max_batch_bytes: int
+
+
+def _normalise(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
+    by_lower = {name.lower(): name for name in known}
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        name = by_lower.get(key.lower())
+        if name is None:
+            raise OptionError(f"unknown {what} option {key!r}; known: {', '.join(known)}")
+        out[name] = value
+    return out
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    text = opts.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise OptionError(f"option {name!r}: expected a positive integer, got {text!r}"
+                          ) from None
+    if value <= 0:
+        raise OptionError(f"option {name!r}: expected a positive integer, got {text!r}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    text = opts.get(name)
+    if text is None:
+        return default
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise OptionError(f"option {name!r}: expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _bootstrap(opts: Mapping[str, str]) -> str:
+    text = opts.get("bootstrap")
+    if text is None or not str(text).strip():
+        raise OptionError("option 'bootstrap' is required (HOST:PORT[,HOST:PORT...])")
+    try:
+        parse_bootstrap(str(text))
+    except ValueError as exc:
+        raise OptionError(f"option 'bootstrap': {exc}") from None
+    return str(text).strip()
+
+
+def parse_source_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
+    """Check a read's options; ``mode`` decides which offsets make sense (as Kafka's)."""
+    opts = _normalise(options, _SOURCE_OPTIONS, "source")
+    bootstrap = _bootstrap(opts)
+    subscribe, pattern = opts.get("subscribe"), opts.get("subscribePattern")
+    if (subscribe is None) == (pattern is None):
+        raise OptionError("give exactly one of the options 'subscribe' (comma-separated "
+                          "topics) and 'subscribePattern' (a regular expression)")
+    topics: tuple[str, ...] | None = None
+    if subscribe is not None:
+        topics = tuple(sorted({t.strip() for t in subscribe.split(",") if t.strip()}))
+        if not topics:
+            raise OptionError("option 'subscribe': no topic given")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"option 'subscribePattern': bad regular expression: {exc}"
+                              ) from None
+    starting = parse_offset_spec("startingOffsets", opts.get("startingOffsets"),
+                                 default="earliest" if mode == "batch" else "latest")
+    ending = parse_offset_spec("endingOffsets", opts.get("endingOffsets"), default="latest")
+    if mode == "batch":
+        if starting == "latest":
+            raise OptionError("option 'startingOffsets': 'latest' is not allowed in a batch "
+                              "read (it would read nothing)")
+        if ending == "earliest":
+            raise OptionError("option 'endingOffsets': 'earliest' is not allowed in a batch "
+                              "read (it would read nothing)")
+        for spec, name, banned, word in ((starting, "startingOffsets", -1, "latest"),
+                                         (ending, "endingOffsets", -2, "earliest")):
+            if isinstance(spec, dict):
+                for topic, parts in spec.items():
+                    for part, off in parts.items():
+                        if off == banned:
+                            raise OptionError(
+                                f"option {name!r}: {topic}[{part}] is {banned} ({word}), "
+                                "not allowed in a batch read")
+    elif "endingOffsets" in opts:
+        raise OptionError("option 'endingOffsets' is for batch reads only; a stream reads "
+                          "on as records arrive")
+    min_partitions = _positive_int(opts, "minPartitions")
+    return SourceOptions(
+        bootstrap=bootstrap, topics=topics, pattern=pattern, starting=starting,
+        ending=ending, max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        min_partitions=min_partitions,
+        fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES,
+        request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
+                            or DEFAULT_REQUEST_TIMEOUT_MS))
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Check a write's options."""
+    opts = _normalise(options, _SINK_OPTIONS, "sink")
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise OptionError("option 'topic': empty topic name")
+    linger = opts.get("lingerMs")
+    linger_ms = 5
+    if linger is not None:
+        try:
+            linger_ms = int(linger)
+        except ValueError:
+            raise OptionError(f"option 'lingerMs': expected an integer, got {linger!r}"
+                              ) from None
+        if linger_ms < 0:
+            raise OptionError(f"option 'lingerMs': expected 0 or more, got {linger!r}")
+    return SinkOptions(
+        bootstrap=_bootstrap(opts), topic=topic.strip() if topic else None,
+        request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
+                            or DEFAULT_REQUEST_TIMEOUT_MS),
+        linger_ms=linger_ms,
+        max_batch_bytes=_positive_int(opts, "maxBatchBytes") or 1048576)

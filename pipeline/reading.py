@@ -1,0 +1,251 @@
+"""Reading one offset range inside a Spark Python worker, as Arrow record batches.
+
+Each read task owns an ``asyncio.Runner`` and one connection (the SDK's
+:class:`~client.cluster.Cluster`), and fetches its range with plain Fetch requests: no
+consumer group, since Spark's checkpoint owns the offsets. The next Fetch is sent before
+the current answer is decoded, so the broker works while the task builds columns. Record
+bytes are handed out as stored: ``key`` and ``value`` are exactly what the producer sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from client.cluster import Cluster
+from pipeline.offsets import OffsetRange
+from pipeline.schema import arrow_schema, headers_type
+from protocol.batches import HEADER_SIZE, CorruptBatchError, iter_batch_spans
+from protocol.errors import ErrorCode
+from protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("groupwire.pipeline")
+
+FETCH_MAX_WAIT_MS = 200
+"""How long a Fetch may wait for records that ListOffsets said exist (fsync lag)."""
+
+
+_Chunk = tuple[list[Any], int, int]
+"""Decoded records of one batch (cut to the range), the first one's offset, the base
+timestamp."""
+
+
+class DataLossError(RuntimeError):
+    """Records of a planned range are gone (retention, a deleted or recreated topic)."""
+
+
+class ReadError(RuntimeError):
+    """A Fetch failed; the message names the topic, partition and offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """Everything one read task needs; it travels pickled to the worker."""
+
+    bootstrap: str
+    range: OffsetRange
+    fail_on_data_loss: bool
+    fetch_max_bytes: int
+    request_timeout_ms: int
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when installed (as the broker and CLI run), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def read_range(task: ReadTask) -> Iterator[pa.RecordBatch]:
+    """The records of ``task.range`` in offset order, one Arrow batch per Fetch answer."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        chunks = _fetch_chunks(task)
+        try:
+            while True:
+                try:
+                    raw, topic, part = runner.run(chunks.__anext__())
+                except StopAsyncIteration:
+                    return
+                batch = _to_arrow(raw, topic, part)
+                if batch is not None:
+                    yield batch
+        finally:
+            runner.run(chunks.aclose())
+
+
+async def _fetch_chunks(task: ReadTask,
+                        ) -> AsyncGenerator[tuple[list[_Chunk], str, int], None]:
+    """The decoded records of each Fetch answer, cut to the range."""
+    r = task.range
+    cluster = Cluster(task.bootstrap, client_id="groupwire-spark",
+                      request_timeout_ms=task.request_timeout_ms)
+    where = f"{r.topic}[{r.partition}]"
+    pending: asyncio.Task[FetchResponse] | None = None
+    try:
+        offset = r.start
+        pending = asyncio.ensure_future(_fetch(cluster, task, offset))
+        while offset < r.end:
+            assert pending is not None
+            resp = await pending
+            pending = None
+            part = _only_partition(resp, r, offset)
+            code = part.error_code
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE or (
+                    code == ErrorCode.NONE and not part.records
+                    and 0 <= part.high_watermark <= offset):
+                offset = _lost(task, offset, part.log_start_offset, part.high_watermark)
+                if offset < r.end:
+                    pending = asyncio.ensure_future(_fetch(cluster, task, offset))
+                continue
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                _lost(task, offset, -1, -1)
+                return
+            if code != ErrorCode.NONE:
+                raise ReadError(f"fetch of {where} at offset {offset} failed: "
+                                f"{ErrorCode.name_of(code)} {part.error_message or ''}".strip())
+            if not part.records:
+                pending = asyncio.ensure_future(_fetch(cluster, task, offset))
+                continue
+            try:
+                spans = list(iter_batch_spans(part.records))
+            except CorruptBatchError as exc:
+                raise ReadError(f"corrupt batch in {where} near offset {offset}: "
+                                f"{exc.message}") from exc
+            next_offset = spans[-1][0].next_offset if spans else offset
+            if next_offset < r.end:
+                pending = asyncio.ensure_future(_fetch(cluster, task, next_offset))
+                await asyncio.sleep(0)  # let the request leave before decoding
+            view = memoryview(part.records)
+            rows_out: list[_Chunk] = []
+            for header, start, end in spans:
+                if header.next_offset <= offset or header.base_offset >= r.end:
+                    continue
+                try:
+                    rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False)
+                except (ValueError, msgpack.UnpackException) as exc:
+                    raise ReadError(f"undecodable records in {where} at offset "
+                                    f"{header.base_offset}: {exc}") from exc
+                if not isinstance(rows, list) or len(rows) != header.record_count:
+                    raise ReadError(f"records of {where} at offset {header.base_offset} "
+                                    "do not match the batch header")
+                skip = max(0, offset - header.base_offset)
+                stop = min(header.record_count, r.end - header.base_offset)
+                rows_out.append((rows[skip:stop] if skip or stop < len(rows) else rows,
+                                 header.base_offset + skip, header.base_timestamp_ms))
+            offset = min(next_offset, r.end)
+            if rows_out:
+                yield rows_out, r.topic, r.partition
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
+        await cluster.close()
+
+
+async def _fetch(cluster: Cluster, task: ReadTask, offset: int) -> FetchResponse:
+    r = task.range
+    request = FetchRequest(
+        max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=task.fetch_max_bytes,
+        topics=[FetchTopic(topic=r.topic, partitions=[FetchPartition(
+            partition=r.partition, fetch_offset=offset,
+            partition_max_bytes=task.fetch_max_bytes)])])
+    try:
+        resp = await cluster.send(request, response_type=FetchResponse)
+    except Exception as exc:
+        raise ReadError(f"fetch of {r.topic}[{r.partition}] at offset {offset} failed: "
+                        f"{exc}") from exc
+    if resp.error_code != ErrorCode.NONE:
+        raise ReadError(f"fetch of {r.topic}[{r.partition}] at offset {offset} refused: "
+                        f"{ErrorCode.name_of(resp.error_code)}")
+    return resp
+
+
+def _only_partition(resp: FetchResponse, r: OffsetRange, offset: int) -> Any:
+    for topic in resp.responses:
+        for part in topic.partitions:
+            if topic.topic == r.topic and part.partition_index == r.partition:
+                return part
+    raise ReadError(f"fetch of {r.topic}[{r.partition}] at offset {offset}: the answer "
+                    "has no entry for the partition")
+
+
+def _lost(task: ReadTask, offset: int, log_start: int, high_watermark: int) -> int:
+    """Fail, or report and skip, records of the range that no longer exist; returns where
+    reading goes on (the range's end when nothing more can be read)."""
+    r = task.range
+    if log_start > offset:
+        gone_to = min(log_start, r.end)
+        what = (f"{r.topic}[{r.partition}] offsets {offset}-{gone_to - 1} were deleted "
+                f"(log now starts at {log_start}) before they were read")
+        resume = gone_to
+    elif log_start < 0:
+        what = (f"{r.topic}[{r.partition}] offsets {offset}-{r.end - 1} cannot be read: "
+                "the topic or partition no longer exists")
+        resume = r.end
+    else:
+        what = (f"{r.topic}[{r.partition}] offsets {offset}-{r.end - 1} are past the log "
+                f"end {high_watermark} (topic recreated or truncated?)")
+        resume = r.end
+    if task.fail_on_data_loss:
+        raise DataLossError(what + "; set failOnDataLoss=false to skip lost records")
+    log.warning("groupwire data loss, skipped: %s", what)
+    return resume
+
+
+def _to_arrow(chunks: list[_Chunk], topic: str, partition: int,
+              ) -> pa.RecordBatch | None:
+    """One Arrow batch from the decoded record arrays of one Fetch answer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[Any] = []
+    offsets: list[pa.Array] = []
+    stamps: list[pa.Array] = []
+    any_headers = False
+    for rows, first, base_ts in chunks:
+        if not rows:
+            continue
+        _deltas, ts_deltas, ks, vs, hs = zip(*rows, strict=True)
+        keys.extend(ks)
+        values.extend(vs)
+        headers.extend(hs)
+        if not any_headers and any(hs):
+            any_headers = True
+        offsets.append(pa.array(range(first, first + len(rows)), pa.int64()))
+        stamps.append(pc.add(pa.array(ts_deltas, pa.int64()), base_ts))
+    n = len(keys)
+    if n == 0:
+        return None
+    htype = headers_type()
+    if any_headers:
+        header_array = pa.array(
+            [[{"key": k, "value": v} for k, v in hs] for hs in headers], type=htype)
+    else:
+        header_array = pa.ListArray.from_arrays(
+            pa.array([0] * (n + 1), pa.int32()),
+            pa.array([], htype.value_type), type=htype)
+    ms = pa.concat_arrays(stamps) if len(stamps) > 1 else stamps[0]
+    micros = pc.multiply(ms, 1000).cast(pa.timestamp("us", tz="UTC"))
+    return pa.RecordBatch.from_arrays([
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.concat_arrays(offsets) if len(offsets) > 1 else offsets[0],
+        micros,
+        header_array,
+    ], schema=arrow_schema())

@@ -1,0 +1,186 @@
+"""Every benchmark, run small (``--smoke``), so none of them rots; plus the framework.
+
+The smoke runs check the shape of what a benchmark prints (one well-formed JSON line per
+figure, non-negative numbers, at least one positive), never a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import run as runner
+from bench.common import Figure, bench_main, check_goal, with_goal
+from broker import bench_cli
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE_TIMEOUT_S = 240
+KEYS = {"bench", "name", "unit", "median", "min", "max", "rounds", "settings", "goal", "met",
+        "note"}
+
+
+def _spark_missing() -> str | None:
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (the spark extra)"
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        return "no Java for Spark (java not on PATH, JAVA_HOME unset)"
+    return None
+
+
+SKIPS: dict[str, Any] = {"spark_source": _spark_missing}
+
+
+def _smoke_params() -> list[Any]:
+    params = []
+    for name in runner.BENCHES:
+        marks = [pytest.mark.slow]
+        if name == "spark_source":
+            marks.append(pytest.mark.spark)
+        if not (REPO / "bench" / f"{name}.py").exists():
+            marks.append(pytest.mark.skip(reason=f"bench/{name}.py is not written yet"))
+        elif name in SKIPS and (why := SKIPS[name]()) is not None:
+            marks.append(pytest.mark.skip(reason=why))
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def check_figure_line(line: str, bench: str) -> dict[str, Any]:
+    fig = json.loads(line)
+    assert set(fig) == KEYS, fig
+    assert fig["bench"] == bench
+    assert isinstance(fig["name"], str) and fig["name"]
+    assert isinstance(fig["unit"], str) and fig["unit"]
+    assert isinstance(fig["settings"], dict)
+    assert isinstance(fig["rounds"], int) and fig["rounds"] >= 0
+    if fig["rounds"] == 0:  # a side that could not run (say, no Redis): no numbers
+        assert fig["median"] is None and fig["note"], fig
+        return fig
+    for key in ("median", "min", "max"):
+        assert isinstance(fig[key], (int, float)) and math.isfinite(fig[key]), fig
+        assert fig[key] >= 0, fig
+    assert fig["min"] <= fig["median"] <= fig["max"], fig
+    if fig["goal"] is not None:
+        assert isinstance(fig["met"], bool), fig
+    return fig
+
+
+@pytest.mark.parametrize("name", _smoke_params())
+def test_bench_smoke(name: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--smoke", "--json"], cwd=REPO,
+        capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if x.strip()]
+    assert lines, f"bench {name} printed no figure:\n{proc.stderr[-3000:]}"
+    figures = [check_figure_line(x, name) for x in lines]  # --json: nothing but figures
+    assert any((f["median"] or 0) > 0 for f in figures), figures
+
+
+# --- the framework ----------------------------------------------------------------------
+
+
+def test_figure_statistics_and_json() -> None:
+    fig = Figure("x", "ms", [3.0, 1.0, 2.0, 10.0], {"n": 1}, note="why")
+    data = fig.to_json("b")
+    assert (data["median"], data["min"], data["max"], data["rounds"]) == (2.5, 1.0, 10.0, 4)
+    assert data["bench"] == "b" and data["settings"] == {"n": 1} and data["note"] == "why"
+    empty = Figure("y", "ms", [], {}).to_json("b")
+    assert empty["median"] is None and empty["rounds"] == 0
+    json.dumps(empty, allow_nan=False)  # valid JSON even with no rounds
+
+
+@pytest.mark.parametrize(("value", "goal", "met"), [
+    (0.5, ">= 0.5", True), (0.49, ">= 0.5", False), (999, "< 1000", True),
+    (1000, "< 1000", False), (2, "<= 2", True), (3, "> 2", True)])
+def test_goals(value: float, goal: str, met: bool) -> None:
+    assert check_goal(value, goal) is met
+    assert with_goal(Figure("f", "u", [value], {}), goal).met is met
+
+
+def test_goal_with_unknown_operator_is_refused() -> None:
+    with pytest.raises(ValueError, match="goal"):
+        check_goal(1, "~ 2")
+
+
+def test_bench_main_prints_json_lines_then_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[argparse.Namespace] = []
+
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--size", type=int, default=3)
+
+    def run(args: argparse.Namespace) -> list[Figure]:
+        seen.append(args)
+        return [Figure("a", "ms", [1.0] * args.rounds, {"size": args.size}, goal="< 2")]
+
+    main = bench_main("fake", add, run, default_rounds=4, default_warmup=2)
+    assert main(["--json", "--size", "7"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(x)["settings"] for x in out.splitlines()] == [{"size": 7}]
+    assert "fake" in err  # the table goes to stderr with --json
+    assert (seen[0].rounds, seen[0].warmup, seen[0].smoke) == (4, 2, False)
+    assert main(["--smoke"]) == 0
+    assert (seen[1].rounds, seen[1].warmup) == (1, 0)
+
+
+def test_runner_keeps_the_latest_run_of_each_bench(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(runner, "RESULTS_MD", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(runner, "NOTES_DIR", tmp_path / "notes")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "memory.md").write_text("Where the bytes go.")
+    machine = {"cpu_model": "Test CPU", "cores": 2, "python": "3.11", "uvloop": True}
+    import datetime as dt
+
+    def fig(bench: str, median: float) -> dict[str, Any]:
+        return Figure("f", "ms", [median], {}, goal="< 5", met=median < 5).to_json(bench)
+
+    t1 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    t2 = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    runner.append_results("r1", t1, machine, {
+        "memory": (["python", "-m", "bench.memory"], [fig("memory", 9.0)], None),
+        "rebalance": (["python", "-m", "bench.rebalance"], [fig("rebalance", 1.0)], None)})
+    runner.append_results("r2", t2, machine, {
+        "memory": (["python", "-m", "bench.memory", "--rounds", "2"], [fig("memory", 3.0)],
+                   None),
+        "heartbeat": (["python", "-m", "bench.heartbeat"], [], "bench heartbeat: boom")})
+    md = runner.write_results_md().read_text()
+    assert md.index("(`rebalance`)") < md.index("(`memory`)")  # the issue's order
+    memory = md[md.index("(`memory`)"):]
+    assert "`python -m bench.memory --rounds 2`" in memory and "| 3 |" in memory
+    assert "| yes |" in memory and "Where the bytes go." in memory
+    assert "| 1 |" in md[md.index("(`rebalance`)"):md.index("(`memory`)")]
+    assert "(`heartbeat`)" not in md  # its only run failed: no figures to show
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "2026-01-01.jsonl", "2026-01-02.jsonl"]
+
+
+def test_groupwire_bench_finds_the_checkout_and_refuses_unknown_names(
+        tmp_path: Path) -> None:
+    bench_dir = bench_cli.find_bench_dir(tmp_path)
+    assert bench_dir == REPO / "bench"
+    assert bench_cli.bench_command("all", ["--smoke"], bench_dir)[1:] == [
+        "-m", "bench.run", "--smoke"]
+    assert bench_cli.bench_command("memory", [], bench_dir)[1:] == ["-m", "bench.memory"]
+    with pytest.raises(bench_cli.BenchNotFoundError, match="unknown benchmark 'nope'"):
+        bench_cli.bench_command("nope", [], bench_dir)
+
+
+def test_groupwire_bench_without_a_checkout_says_so(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = tmp_path / "site-packages" / "broker" / "bench_cli.py"
+    installed.parent.mkdir(parents=True)
+    monkeypatch.setattr(bench_cli, "__file__", str(installed))
+    with pytest.raises(bench_cli.BenchNotFoundError, match="not in the wheel"):
+        bench_cli.find_bench_dir(tmp_path)

@@ -1,0 +1,45 @@
+"""A request whose caller gave up must not break the connection when its answer comes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from client.connection import Connection
+from protocol.codec import decode_request, encode_response
+from protocol.framing import FrameDecoder, frame
+from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+
+async def test_a_cancelled_request_answered_late_leaves_the_connection_usable() -> None:
+    held: list[int] = []
+    first_arrived = asyncio.Event()
+    release = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder(1 << 20)
+        while data := await reader.read(65536):
+            for payload in decoder.feed(data):
+                cid = decode_request(payload).correlation_id
+                if not held:  # the first request is answered only after its caller left
+                    held.append(cid)
+                    first_arrived.set()
+                    await release.wait()
+                writer.write(frame(encode_response(cid, ApiVersionsResponse())))
+                await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = await Connection.open("127.0.0.1", port)
+    try:
+        waiting = asyncio.ensure_future(conn.send(ApiVersionsRequest()))
+        await first_arrived.wait()
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        release.set()  # the late answer arrives for a request nobody awaits any more
+        answer = await conn.send(ApiVersionsRequest(), timeout=5)
+        assert isinstance(answer, ApiVersionsResponse)
+        assert not conn.closed
+    finally:
+        await conn.close()
+        server.close()
+        await server.wait_closed()
