@@ -11,9 +11,13 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """One consumed record; ``timestamp_ms`` is the producer's create time."""
+    """One consumed record; ``timestamp_ms`` is the producer's create time.
+
+    Treat it as read-only. It is not a frozen dataclass only because that makes building
+    one several times slower, and a consumer builds one per record.
+    """
 
     topic: str
     partition: int
@@ -36,9 +40,9 @@ class OffsetAndMetadata:
     metadata: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class RecordMetadata:
-    """Where a produced record landed."""
+    """Where a produced record landed (read-only by convention; not frozen, for speed)."""
 
     topic: str
     partition: int

@@ -53,9 +53,12 @@ class BatchHeader:
         return self.base_offset + self.record_count
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchRecord:
-    """One record as a producer appends it; ``timestamp_ms`` is its CreateTime."""
+    """One record as a producer appends it; ``timestamp_ms`` is its CreateTime.
+
+    Not frozen, for the same reason as :class:`DecodedRecord`: one is built per record.
+    """
 
     value: bytes | None
     key: bytes | None = None
@@ -63,9 +66,13 @@ class BatchRecord:
     timestamp_ms: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodedRecord:
-    """One record read back from a batch, with its absolute offset and timestamp."""
+    """One record read back from a batch, with its absolute offset and timestamp.
+
+    Not frozen: a frozen dataclass's ``__init__`` costs several times a plain one's, and
+    consumers build one of these per record.
+    """
 
     offset: int
     timestamp_ms: int
@@ -285,9 +292,9 @@ def _decode_rows(rows: object, header: BatchHeader, min_offset: int, pos: int,
                                                            or type(value) is bytes):
             raise CorruptBatchError(f"record {index}: key and value must be bin or nil",
                                     position=pos)
-        out.append(DecodedRecord(offset=base + index, timestamp_ms=base_ts + ts_delta,
-                                 key=key, value=value,
-                                 headers=_decode_headers(raw_headers, index, pos)))
+        out.append(DecodedRecord(base + index, base_ts + ts_delta, key, value,
+                                 [] if raw_headers == [] else
+                                 _decode_headers(raw_headers, index, pos)))
 
 
 def _decode_headers(raw: object, index: int, pos: int) -> list[tuple[str, bytes | None]]:
