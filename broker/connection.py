@@ -3,6 +3,9 @@
 An ``asyncio.Protocol`` rather than streams: no task per connection, no buffering copies
 beyond the frame decoder. Backpressure: at most ``max_in_flight`` requests are taken
 ahead of their answers; beyond that decoded frames wait and the transport stops reading.
+
+Heartbeats the coordinator settles on its fast path (``Coordinator.renew``) are answered
+with a pre-packed NONE body and counted once per batch of frames, not one by one.
 """
 
 from __future__ import annotations
@@ -10,13 +13,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from broker.logs import get_logger
-from protocol.codec import decode_request, encode_response
+from protocol.codec import (
+    decode_heartbeat,
+    decode_request,
+    encode_response,
+    frame_response_packed,
+    pack_body,
+)
 from protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
 from protocol.framing import FrameDecoder, frame
-from protocol.messages import RESPONSE_TYPES, SUPPORTED_VERSIONS, ApiKey, Response
+from protocol.messages import (
+    RESPONSE_TYPES,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    HeartbeatResponse,
+    Response,
+)
 
 if TYPE_CHECKING:
     from broker.server import Broker
@@ -26,6 +41,8 @@ log = get_logger("groupwire.connection")
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
 _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
                              SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1)
+_HEARTBEAT_NONE: Final = pack_body(HeartbeatResponse())
+_HEARTBEAT_KEY: Final = int(ApiKey.HEARTBEAT)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -72,6 +89,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             self._partial_since = None
         if frames:
+            self._last_active = time.monotonic()  # requests arrived
             self._backlog.extend(frames)
             self._drain_backlog()
 
@@ -88,17 +106,40 @@ class ClientConnection(asyncio.Protocol):
     def _drain_backlog(self) -> None:
         if self._draining:  # a reply sent while handling a frame: the loop below goes on
             return
-        limit = self.broker.settings.max_in_flight_requests
+        broker = self.broker
+        limit = broker.settings.max_in_flight_requests
         self._draining = True
+        started = time.perf_counter()
+        # the heartbeat fast path, inlined: this loop runs once per request
+        renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.clock()
+        backlog, in_flight, out = self._backlog, self._in_flight, self._out
+        renewed = 0
         try:
-            while self._backlog and len(self._in_flight) < limit and not self._closed:
-                self._handle_frame(self._backlog.popleft())
+            while backlog and len(in_flight) < limit and not self._closed:
+                payload = backlog.popleft()
+                heartbeat = decode_heartbeat(payload)
+                if heartbeat is not None and heartbeat[0] not in in_flight:
+                    try:
+                        settled = renew(conn_id, heartbeat, now_ms)
+                    except Exception:  # the full path runs it again, logs and answers
+                        settled = False
+                    if settled:
+                        out.append(frame_response_packed(heartbeat[0], _HEARTBEAT_NONE))
+                        renewed += 1
+                        continue
+                self._handle_frame(payload)  # anything else, duplicate ids included
         finally:
             self._draining = False
-            if self._out:  # answers given while draining leave in one write
-                out, self._out = self._out, []
+            if out:  # answers given while draining leave in one write
+                self._out = []
                 if not self._closed and self._transport is not None:
-                    self._transport.write(b"".join(out))
+                    data = b"".join(out)
+                    self._transport.write(data)
+                    broker.metrics.bytes_out += len(data)
+            if renewed:
+                self._last_active = time.monotonic()
+                broker.metrics.answered_many(_HEARTBEAT_KEY, 0, time.perf_counter() - started,
+                                             renewed)
         should_pause = bool(self._backlog)
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause
@@ -108,7 +149,6 @@ class ClientConnection(asyncio.Protocol):
                 self._transport.resume_reading()
 
     def _handle_frame(self, payload: bytes) -> None:
-        self._last_active = time.monotonic()
         try:
             req = decode_request(payload)
         except BodyError as exc:
@@ -127,12 +167,12 @@ class ClientConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self.abort("bad-envelope", str(exc))
             return
-        if req.correlation_id in self._in_flight:
-            self.abort("duplicate-correlation-id",
-                       f"correlation id {req.correlation_id} already in flight")
+        cid = req.correlation_id
+        if cid in self._in_flight:
+            self.abort("duplicate-correlation-id", f"correlation id {cid} already in flight")
             return
         key = ApiKey(req.api_key)
-        self._in_flight[req.correlation_id] = (key, time.perf_counter())
+        self._in_flight[cid] = (key, time.perf_counter())
         if key == ApiKey.API_VERSIONS and req.api_version not in _API_VERSIONS_SERVED:
             # PROTOCOL.md §3: answered in v0 whatever the version, flagged unsupported
             self.reply(req.correlation_id, self.broker.unsupported_api_versions(req.api_version))
@@ -145,13 +185,13 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         data = frame(encode_response(correlation_id, response))
+        metrics = self.broker.metrics
         if self._draining:
-            self._out.append(data)
+            self._out.append(data)  # counted in bytes_out when the drain writes
         else:
             self._transport.write(data)
+            metrics.bytes_out += len(data)
         self._last_active = time.monotonic()
-        metrics = self.broker.metrics
-        metrics.bytes_out += len(data)
         if started is not None:
             key, t0 = started
             metrics.answered(key, response.error_code, time.perf_counter() - t0)

@@ -38,6 +38,7 @@ from broker.storage import TopicStore
 from broker.storage.errors import StorageError
 from broker.storage.fileops import FileOps
 from broker.topic_apis import BATCH_OVERHEAD, TopicApis
+from protocol.codec import HeartbeatFields
 from protocol.errors import ErrorCode
 from protocol.messages import (
     ApiVersionsRequest,
@@ -98,6 +99,10 @@ class Broker:
         self._fetches: FetchManager | None = None
         self._topics: TopicApis | None = None
         self._handlers: dict[type, Callable[..., None]] = {}
+        self.renew_heartbeat: Callable[[int, HeartbeatFields, int], bool] = _not_started
+        """The heartbeat fast path, ``Coordinator.renew`` once started: True when the
+        heartbeat is settled with a plain NONE answer and nothing to execute; False:
+        ``dispatch`` it as usual. Connections pass ``clock()`` read once per batch."""
         self._retention_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._closing = False
@@ -119,6 +124,7 @@ class Broker:
             log.warning("log_recovered", **report)
         coordinator = Coordinator(settings.coordinator_config(), store.partition_count)
         self.coordinator = coordinator
+        self.renew_heartbeat = coordinator.renew
         self._offsets_log = OffsetsLog(
             store, compact_min_records=settings.offsets_compact_min_records)
         records = list(self._offsets_log.replay())
@@ -442,8 +448,8 @@ class Broker:
         """Queue the coordinator's timer operations; wake earlier only if one needs it.
 
         A cancelled or pushed-back deadline leaves the wake-up where it is: waking for
-        nothing is harmless, and re-arming a session timer on every heartbeat then costs
-        a heap push and no event-loop timer churn.
+        nothing is harmless, and a pushed-back timer then costs a heap push and no
+        event-loop timer churn.
         """
         earliest = self._timer_deadline
         for op in ops:
@@ -474,6 +480,10 @@ class Broker:
         for key in self._timers.pop_due(now):
             self.execute(coordinator.expire(key, now))
         self._wake_at(self._timers.next_deadline())
+
+
+def _not_started(conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> bool:
+    return False
 
 
 def _storage_failed_produce(response: ProduceResponse, error: Exception) -> ProduceResponse:

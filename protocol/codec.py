@@ -28,11 +28,17 @@ such a value is refused wherever a field is read and, like any value under an un
 key, ignored elsewhere. Map keys must be str or bin on the wire (msgpack's
 ``strict_map_key``, which guards against hash flooding); other keys make the frame
 undecodable (EnvelopeError).
+
+The Heartbeat is the request the broker answers most: :func:`decode_heartbeat` reads a
+well-formed one without building objects (anything else is left to
+:func:`decode_request`), and :func:`frame_response_packed` wraps a body packed once
+(:func:`pack_body`) around each correlation id.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import struct
 import types
 import typing
 from collections.abc import Callable
@@ -53,13 +59,16 @@ from protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiKey,
     ApiVersionsRequest,
+    HeartbeatRequest,
     Request,
     Response,
 )
 from protocol.types import INT32_RANGE, IntRange
 
 __all__ = [
+    "HeartbeatFields",
     "RequestFrame",
+    "decode_heartbeat",
     "decode_message",
     "decode_request",
     "decode_response",
@@ -68,6 +77,9 @@ __all__ = [
     "encode_message",
     "encode_request",
     "encode_response",
+    "encode_response_packed",
+    "frame_response_packed",
+    "pack_body",
     "peek_response_correlation_id",
 ]
 
@@ -521,17 +533,23 @@ def decode_request(payload: bytes) -> RequestFrame:
     EnvelopeError: close the connection. UnsupportedVersionError / InvalidRequestError:
     answer with their ``code`` on their ``correlation_id``.
     """
-    obj = _unpack(payload)
+    try:  # _unpack inlined: this runs for every request
+        obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=False)
+    except (ValueError, TypeError) as exc:
+        raise EnvelopeError(f"not one msgpack value: {exc}") from None
     if type(obj) is not list or len(obj) != 5:
         raise EnvelopeError("request envelope is not an array of 5")
     key, version, cid, client_id, body = obj
-    if not (_is_int32(key) and _is_int32(version) and _is_int32(cid)):
+    # _is_int32 inlined: this runs for every request
+    if not (type(key) is int and type(version) is int and type(cid) is int
+            and _INT32_LO <= key <= _INT32_HI and _INT32_LO <= version <= _INT32_HI
+            and _INT32_LO <= cid <= _INT32_HI):
         names = ("api_key", "api_version", "correlation_id")
         bad = next(n for n, v in zip(names, obj, strict=False) if not _is_int32(v))
         raise EnvelopeError(f"request envelope: {bad} is not an int")
     if client_id is not None and type(client_id) is not str:
         raise EnvelopeError("request envelope: client_id is not str or nil")
-    entry = _request_decoder(key)
+    entry = _REQUEST_DECODERS.get(key) or _request_decoder(key)
     if entry is None:
         raise UnsupportedVersionError(f"unknown api_key {key}", correlation_id=cid, api_key=key)
     api_key, lo, hi, dec = entry
@@ -548,10 +566,73 @@ def decode_request(payload: bytes) -> RequestFrame:
         if supported:
             raise InvalidRequestError(err.message(), correlation_id=cid, api_key=key) from None
         request = ApiVersionsRequest()  # an unknown version is answered in v0 (§3)
-    return cast(RequestFrame, _build_request_frame(api_key, version, cid, client_id, request))
+    frame: RequestFrame = _build_request_frame(api_key, version, cid, client_id, request)
+    return frame
 
 
 _build_request_frame: Final = _builder(RequestFrame)
+
+
+# --- the Heartbeat hot path ---------------------------------------------------------------
+
+HeartbeatFields = tuple[int, str, int, str, str | None, int, int]
+"""``(correlation_id, group_id, generation_id, member_id, group_instance_id, poll_age_ms,
+wait_ms)`` of a v0 Heartbeat request, defaults filled in."""
+
+_HEARTBEAT_V0: Final = bytes((0x95, ApiKey.HEARTBEAT, 0))  # array(5), api key 12, version 0
+_HB_DEFAULTS: Final = HeartbeatRequest(group_id="", generation_id=0, member_id="")
+_HB_POLL_AGE: Final = _HB_DEFAULTS.poll_age_ms
+_HB_WAIT: Final = _HB_DEFAULTS.wait_ms
+if _HB_DEFAULTS.group_instance_id is not None or [
+        f.name for f in dataclasses.fields(HeartbeatRequest)] != [
+        "group_id", "generation_id", "member_id", "group_instance_id", "poll_age_ms",
+        "wait_ms"]:  # pragma: no cover - decode_heartbeat must follow the message
+    raise TypeError("HeartbeatRequest changed: update decode_heartbeat")
+
+
+def decode_heartbeat(payload: bytes) -> HeartbeatFields | None:
+    """The fields of a well-formed v0 Heartbeat, checked exactly as :func:`decode_request`
+    checks them, without building its objects; ``None`` for anything else, which
+    :func:`decode_request` then decodes (and names what is wrong with).
+
+    The broker answers thousands of heartbeats a second; the rest is the generic path.
+    """
+    if not payload.startswith(_HEARTBEAT_V0):
+        return None
+    try:
+        obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=False)
+    except (ValueError, TypeError):
+        return None
+    if type(obj) is not list or len(obj) != 5:
+        return None
+    cid, client_id, body = obj[2], obj[3], obj[4]
+    if (type(cid) is not int or not _INT32_LO <= cid <= _INT32_HI
+            or (client_id is not None and type(client_id) is not str)
+            or type(body) is not dict):
+        return None
+    for k in body:
+        if type(k) is not str:
+            return None
+    get = body.get
+    group_id = get("group_id")
+    generation_id = get("generation_id")
+    member_id = get("member_id")
+    instance_id = get("group_instance_id")
+    poll_age = get("poll_age_ms")
+    wait_ms = get("wait_ms")
+    if (type(group_id) is not str or type(member_id) is not str
+            or type(generation_id) is not int or not _INT32_LO <= generation_id <= _INT32_HI
+            or (instance_id is not None and type(instance_id) is not str)):
+        return None
+    if poll_age is None:
+        poll_age = _HB_POLL_AGE
+    elif type(poll_age) is not int or not _INT32_LO <= poll_age <= _INT32_HI:
+        return None
+    if wait_ms is None:
+        wait_ms = _HB_WAIT
+    elif type(wait_ms) is not int or not _INT32_LO <= wait_ms <= _INT32_HI:
+        return None
+    return cid, group_id, generation_id, member_id, instance_id, poll_age, wait_ms
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -561,6 +642,56 @@ def encode_response(correlation_id: int, response: Response) -> bytes:
     """The unframed payload ``[correlation_id, body]``."""
     body = _class_encoder(type(response), _RESPONSE)(response)
     return _pack([correlation_id, body])
+
+
+def pack_body(response: Response) -> bytes:
+    """A response body packed once, for an answer that never changes (a NONE Heartbeat);
+    :func:`encode_response_packed` wraps it per request."""
+    return _pack(_class_encoder(type(response), _RESPONSE)(response))
+
+
+# [length prefix (PROTOCOL.md §1)], array(2) marker, the id in msgpack's smallest form
+_FIXINT: Final = struct.Struct(">BB")
+_UINT8: Final = struct.Struct(">BBB")
+_UINT16: Final = struct.Struct(">BBH")
+_UINT32: Final = struct.Struct(">BBI")
+_FRAMED_LENGTH: Final = struct.Struct(">I")
+_FRAMED_FIXINT: Final = struct.Struct(">IBB")
+_FRAMED_UINT8: Final = struct.Struct(">IBBB")
+_FRAMED_UINT16: Final = struct.Struct(">IBBH")
+_FRAMED_UINT32: Final = struct.Struct(">IBBI")
+
+
+def encode_response_packed(correlation_id: int, body: bytes) -> bytes:
+    """``encode_response(correlation_id, r)`` for ``body = pack_body(r)``, byte for byte,
+    without packing anything: msgpack's smallest int form, as ``packb`` writes it."""
+    cid = correlation_id
+    if 0 <= cid < 0x80:
+        return _FIXINT.pack(0x92, cid) + body
+    if 0 < cid <= 0xFF:
+        return _UINT8.pack(0x92, 0xCC, cid) + body
+    if 0 < cid <= 0xFFFF:
+        return _UINT16.pack(0x92, 0xCD, cid) + body
+    if 0 < cid <= 0xFFFFFFFF:
+        return _UINT32.pack(0x92, 0xCE, cid) + body
+    return b"\x92" + _pack(cid) + body  # negative ids: rare, msgpack's own encoding
+
+
+def frame_response_packed(correlation_id: int, body: bytes) -> bytes:
+    """``frame(encode_response_packed(correlation_id, body))`` in one step: the answer
+    the broker writes most (a NONE Heartbeat), length prefix included."""
+    cid = correlation_id
+    n = len(body)
+    if 0 <= cid < 0x80:
+        return _FRAMED_FIXINT.pack(n + 2, 0x92, cid) + body
+    if 0 < cid <= 0xFF:
+        return _FRAMED_UINT8.pack(n + 3, 0x92, 0xCC, cid) + body
+    if 0 < cid <= 0xFFFF:
+        return _FRAMED_UINT16.pack(n + 4, 0x92, 0xCD, cid) + body
+    if 0 < cid <= 0xFFFFFFFF:
+        return _FRAMED_UINT32.pack(n + 6, 0x92, 0xCE, cid) + body
+    payload = encode_response_packed(cid, body)
+    return _FRAMED_LENGTH.pack(len(payload)) + payload
 
 
 def decode_response_envelope(payload: bytes) -> tuple[int, Any]:

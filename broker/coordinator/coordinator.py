@@ -1,5 +1,6 @@
 """The coordinator the broker shell drives: requests, timer expiries and closed
-connections in, :class:`Result` out. Time is always an argument; nothing here does I/O."""
+connections in, :class:`Result` out; plus :meth:`Coordinator.renew`, the heartbeat fast
+path with no outputs. Time is always an argument; nothing here does I/O."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from broker.coordinator.admin import handle_delete, handle_describe, handle_list
 from broker.coordinator.config import CoordinatorConfig
 from broker.coordinator.engine import Engine
 from broker.coordinator.fencing import not_owned
-from broker.coordinator.heartbeat import handle_heartbeat
+from broker.coordinator.heartbeat import handle_heartbeat, renew
 from broker.coordinator.history import Cause
 from broker.coordinator.join import handle_join
 from broker.coordinator.leave import handle_leave
@@ -24,6 +25,7 @@ from broker.coordinator.records import GroupRecord
 from broker.coordinator.state import DEAD, STABLE, GroupState
 from broker.coordinator.sync import handle_sync
 from broker.coordinator.timers import TimerKey
+from protocol.codec import HeartbeatFields
 from protocol.errors import ErrorCode
 from protocol.messages import (
     DeleteGroupsRequest,
@@ -92,6 +94,12 @@ class Coordinator:
             case _:
                 raise TypeError(f"not a group API request: {type(request).__name__}")
         return engine.out.build()
+
+    def renew(self, conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> bool:
+        """The heartbeat fast path: True if the heartbeat is settled and its answer is a
+        plain NONE with nothing else to do; False (nothing changed): call :meth:`handle`.
+        """
+        return renew(self._engine, conn_id, heartbeat, now_ms)
 
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """A timer the coordinator asked for is due."""

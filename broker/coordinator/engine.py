@@ -123,8 +123,12 @@ class Engine:
     # --- timers ---------------------------------------------------------------------
 
     def arm_session(self, member: Member, timeout_ms: int, now_ms: int) -> None:
+        """The session now ends at ``now_ms + timeout_ms``; its timer fires then.
+
+        Only the heartbeat fast path (heartbeat.renew) moves ``expires_ms`` alone.
+        """
         deadline = now_ms + timeout_ms
-        member.session_deadline = deadline
+        member.expires_ms = member.session_deadline = deadline
         self.out.set_timer(member.session_key, deadline)
 
     def cancel_session(self, member: Member) -> None:
@@ -155,9 +159,8 @@ class Engine:
 
     def attach(self, conn_id: int, group_id: str, member: Member) -> None:
         """The member is alive on this connection (it carried a Join/Sync/Heartbeat)."""
-        if conn_id in member.conns:
+        if not member.add_conn(conn_id):
             return
-        member.conns.add(conn_id)
         member.connection_lost = False
         self.conn_members.setdefault(conn_id, set()).add((group_id, member.member_id))
 
@@ -169,7 +172,7 @@ class Engine:
                 members.discard(entry)
                 if not members:
                     del self.conn_members[conn_id]
-        member.conns.clear()
+        member.clear_conns()
 
     # --- parked requests ------------------------------------------------------------
 

@@ -65,8 +65,11 @@ def expire_session(engine: Engine, group_id: str, member_id: str, now_ms: int) -
     member = group.members.get(member_id)
     if member is None or member.session_deadline is None:
         return
-    if now_ms < member.session_deadline:
-        engine.out.set_timer(member.session_key, member.session_deadline)
+    if now_ms < member.expires_ms:
+        # renewed since the timer was armed (heartbeats only move expires_ms), or fired
+        # early: arm again for when the session really ends
+        member.session_deadline = member.expires_ms
+        engine.out.set_timer(member.session_key, member.expires_ms)
         return
     member.session_deadline = None
     if engine.is_satisfied(group, member):
@@ -165,8 +168,8 @@ def connection_closed(engine: Engine, conn_id: int, now_ms: int) -> None:
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             continue
-        member.conns.discard(conn_id)
-        if not member.conns:
+        member.remove_conn(conn_id)
+        if member.last_conn == -1:
             lost.append((group, member))
     grace = engine.config.connection_loss_grace_ms
     for group, member in lost:
@@ -175,8 +178,7 @@ def connection_closed(engine: Engine, conn_id: int, now_ms: int) -> None:
                 engine.arm_session(member, member.session_timeout_ms, now_ms)
         else:
             member.connection_lost = True
-            deadline = member.session_deadline
-            if deadline is None or deadline > now_ms + grace:
+            if member.session_deadline is None or member.expires_ms > now_ms + grace:
                 engine.arm_session(member, grace, now_ms)
         engine.emit_member("connection_lost", group, member, now_ms, None)
 

@@ -16,16 +16,36 @@ from broker.coordinator.history import Owners
 from broker.coordinator.member import NO_PARTITIONS, TP, Member
 from protocol.consumer import ConsumerProtocolError, decode_assignment
 
+# Many groups consuming one topic hand their members the same assignments: the bytes and
+# the decoded set are kept once and shared. Bounded, forgotten wholesale when full (that
+# only costs sharing).
+_SHARED: dict[bytes, tuple[bytes, frozenset[TP] | None]] = {}
+_SHARED_MAX: Final = 8192
 
-def decode_owned(assignment: bytes) -> frozenset[TP] | None:
-    """An empty bin owns nothing; a bin that is not a valid assignment is opaque."""
+
+def shared_assignment(assignment: bytes) -> tuple[bytes, frozenset[TP] | None]:
+    """The canonical copy of ``assignment`` and what it owns (see :func:`decode_owned`)."""
     if not assignment:
-        return NO_PARTITIONS
+        return b"", NO_PARTITIONS
+    hit = _SHARED.get(assignment)
+    if hit is not None:
+        return hit
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
     try:
         decoded = decode_assignment(assignment)
     except ConsumerProtocolError:
-        return None
-    return frozenset((topic, p) for topic, parts in decoded.assigned_partitions for p in parts)
+        entry: tuple[bytes, frozenset[TP] | None] = (assignment, None)
+    else:
+        entry = (assignment, frozenset(
+            (topic, p) for topic, parts in decoded.assigned_partitions for p in parts))
+    _SHARED[assignment] = entry
+    return entry
+
+
+def decode_owned(assignment: bytes) -> frozenset[TP] | None:
+    """An empty bin owns nothing; a bin that is not a valid assignment is opaque."""
+    return shared_assignment(assignment)[1]
 
 
 def install_ownership(group: Group) -> None:

@@ -1,5 +1,9 @@
 """Heartbeat (reference §6) with the poll-interval check (PROTOCOL.md §7.1) and the long
-poll (§7.3). The hot path: a few dict lookups, one timer op, one shared response."""
+poll (§7.3).
+
+The hot path is :func:`renew`: a heartbeat that is answered NONE at once and changes
+nothing but the member's liveness (the common case, thousands a second) is settled with a
+few lookups and no outputs at all; anything else takes :func:`handle_heartbeat`."""
 
 from __future__ import annotations
 
@@ -9,8 +13,9 @@ from broker.coordinator.engine import Engine, heartbeat_response
 from broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
 from broker.coordinator.outputs import RequestContext
 from broker.coordinator.parking import HEARTBEAT, Address
-from broker.coordinator.state import DEAD, PREPARING_REBALANCE
+from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
 from broker.coordinator.timers import hbwait_key
+from protocol.codec import HeartbeatFields
 from protocol.errors import ErrorCode
 from protocol.messages import HeartbeatRequest, HeartbeatResponse
 
@@ -36,7 +41,7 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
         out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(code))
         return
     member = group.members[req.member_id]
-    if ctx.conn_id not in member.conns:
+    if not member.has_conn(ctx.conn_id):
         engine.attach(ctx.conn_id, group.group_id, member)
     # the member's previous long poll ends now
     engine.answer_heartbeat(group.group_id, member.member_id, NONE)
@@ -71,3 +76,43 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
     engine.parking.park(HEARTBEAT, group.group_id, member.member_id,
                         Address(ctx.conn_id, ctx.correlation_id, key))
     out.set_timer(key, now_ms + hold)
+
+
+def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> bool:
+    """Settle a heartbeat whose answer is NONE, now, with no outputs; False: not that case.
+
+    Exactly what :func:`handle_heartbeat` would do for it (attach, poll age, liveness),
+    minus building a reply: valid member and generation, group Stable or
+    CompletingRebalance, poll age within bounds, no long poll to hold or end, and a
+    session timer already armed no later than the new deadline. When False is returned
+    nothing has changed, and the caller runs :func:`handle_heartbeat`.
+    """
+    _, group_id, generation_id, member_id, instance_id, poll_age, wait_ms = hb
+    group = engine.groups.get(group_id)
+    if group is None or not group_id:
+        return False
+    state = group.state
+    if state is not STABLE and state is not COMPLETING_REBALANCE:
+        return False
+    member = group.members.get(member_id)
+    if member is None or generation_id != group.generation_id:
+        return False
+    if instance_id is not None and group.static_members.get(instance_id) != member_id:
+        return False
+    if poll_age >= 0 and poll_age > member.rebalance_timeout_ms:
+        return False
+    timeout = member.session_timeout_ms
+    if wait_ms > 0 and timeout // 2 > 0:
+        return False  # a long poll to hold
+    armed = member.session_deadline
+    deadline = now_ms + timeout
+    if armed is None or deadline < armed:
+        return False  # needs a timer op
+    if engine.parking.is_parked(HEARTBEAT, group_id, member_id):
+        return False  # its previous long poll must be answered
+    if conn_id != member.last_conn:
+        engine.attach(conn_id, group_id, member)
+    member.poll_age_ms = poll_age if poll_age >= 0 else None
+    member.expires_ms = deadline
+    member.last_heartbeat_ms = now_ms
+    return True

@@ -3,6 +3,7 @@ replacement (KIP-345) and the returning static leader (KIP-814)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 from broker.coordinator.engine import Engine, cut_reason, new_group_record
@@ -59,8 +60,24 @@ def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str) 
                      JoinGroupResponse(error_code=code, member_id=member_id))
 
 
+# Members of one group usually send identical protocol lists (same assignors, same
+# subscription): one shared tuple instead of a copy per member is most of a member's
+# memory in a large group. Bounded: forgotten wholesale when full, which only costs
+# sharing, never correctness.
+_SHARED_PROTOCOLS: dict[Protocols, Protocols] = {}
+_SHARED_PROTOCOLS_MAX: Final = 4096
+
+
 def _protocols(req: JoinGroupRequest) -> Protocols:
-    return tuple((p.name, p.metadata) for p in req.protocols)
+    protocols = tuple((p.name, p.metadata) for p in req.protocols)
+    shared = _SHARED_PROTOCOLS.get(protocols)
+    if shared is not None:
+        return shared
+    if len(_SHARED_PROTOCOLS) >= _SHARED_PROTOCOLS_MAX:
+        _SHARED_PROTOCOLS.clear()
+    protocols = tuple((sys.intern(name), metadata) for name, metadata in protocols)
+    _SHARED_PROTOCOLS[protocols] = protocols
+    return protocols
 
 
 # --- group.max.size (reference §4.2) ----------------------------------------------------
@@ -119,9 +136,10 @@ def _join_new_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
 
 def _add_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, group: Group,
                 member_id: str, protocols: Protocols, now_ms: int) -> None:
-    member = Member(group.group_id, member_id, req.group_instance_id, ctx.client_id,
-                    ctx.client_host, req.session_timeout_ms, req.rebalance_timeout_ms,
-                    req.protocol_type, protocols)
+    member = Member(group.group_id, member_id, req.group_instance_id,
+                    sys.intern(ctx.client_id), sys.intern(ctx.client_host),
+                    req.session_timeout_ms, req.rebalance_timeout_ms,
+                    sys.intern(req.protocol_type), protocols)
     member.is_new = True
     if group.state is PREPARING_REBALANCE and group.previous_state is EMPTY:
         group.new_member_added = True  # extends the initial rebalance delay

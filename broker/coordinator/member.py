@@ -18,8 +18,11 @@ class Member:
 
     ``owned`` is the member's partitions from the last applied assignment (PROTOCOL.md
     §7.2), ``None`` when its assignment could not be decoded (an *opaque* member).
-    ``session_deadline`` is ``None`` while no session timer runs (a member parked in
-    JoinGroup/SyncGroup whose timer fired is "satisfied" and waits without one).
+    ``session_deadline`` is when its armed session timer fires, ``None`` while none
+    runs (a member parked in JoinGroup/SyncGroup whose timer fired is "satisfied" and
+    waits without one). ``expires_ms`` is when the session really ends: a heartbeat only
+    moves it, and the timer, firing earlier, re-arms itself for it. That keeps timer
+    operations off the heartbeat path (``session_deadline <= expires_ms`` always).
     """
 
     __slots__ = (
@@ -35,9 +38,11 @@ class Member:
         "is_new",
         "session_key",
         "session_deadline",
+        "expires_ms",
         "last_heartbeat_ms",
         "poll_age_ms",
-        "conns",
+        "last_conn",
+        "extra_conns",
         "connection_lost",
         "owned",
         "releasing",
@@ -68,12 +73,59 @@ class Member:
         self.is_new = False
         self.session_key: TimerKey = session_key(group_id, member_id)
         self.session_deadline: int | None = None
+        self.expires_ms = 0
         self.last_heartbeat_ms: int | None = None
         self.poll_age_ms: int | None = None
-        self.conns: set[int] = set()
+        self.last_conn = -1
+        """The connection last attached (-1: none): the heartbeat path compares one int.
+        Almost every member has exactly one connection, so the others, if any, live in
+        ``extra_conns`` (None when there are none: a set per member is 216 bytes)."""
+        self.extra_conns: set[int] | None = None
         self.connection_lost = False
         self.owned: frozenset[TP] | None = NO_PARTITIONS
         self.releasing: frozenset[TP] = NO_PARTITIONS
+
+    # --- connections the member is attached to ----------------------------------------
+
+    @property
+    def conns(self) -> frozenset[int]:
+        extra = self.extra_conns
+        if self.last_conn == -1:
+            return frozenset()
+        return frozenset((self.last_conn, *extra)) if extra else frozenset((self.last_conn,))
+
+    def has_conn(self, conn_id: int) -> bool:
+        return conn_id == self.last_conn or (
+            self.extra_conns is not None and conn_id in self.extra_conns)
+
+    def add_conn(self, conn_id: int) -> bool:
+        """Attach ``conn_id`` as the last connection; False if it was attached already."""
+        last = self.last_conn
+        if conn_id == last:
+            return False
+        self.last_conn = conn_id
+        if last == -1:
+            return True
+        extra = self.extra_conns
+        if extra is None:
+            extra = self.extra_conns = set()
+        known = conn_id in extra
+        extra.discard(conn_id)
+        extra.add(last)
+        return not known
+
+    def remove_conn(self, conn_id: int) -> None:
+        extra = self.extra_conns
+        if conn_id == self.last_conn:
+            self.last_conn = extra.pop() if extra else -1
+        elif extra is not None:
+            extra.discard(conn_id)
+        if extra is not None and not extra:
+            self.extra_conns = None
+
+    def clear_conns(self) -> None:
+        self.last_conn = -1
+        self.extra_conns = None
 
     @property
     def is_static(self) -> bool:

@@ -2,7 +2,7 @@
 
 The shell executes a :class:`Result` in order: arm timers, emit events, write records,
 and only once they are durable send the replies. Handlers append to one reusable
-:class:`Outputs` builder, so the common heartbeat costs one reply and one timer op.
+:class:`Outputs` builder; the common heartbeat builds none of this (``Coordinator.renew``).
 """
 
 from __future__ import annotations

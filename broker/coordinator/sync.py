@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.coordinator.engine import Engine
-from broker.coordinator.fencing import install_ownership
+from broker.coordinator.fencing import install_ownership, shared_assignment
 from broker.coordinator.group import Group
 from broker.coordinator.outputs import RequestContext
 from broker.coordinator.parking import SYNC, Address
@@ -72,7 +72,7 @@ def _apply_leader_assignment(engine: Engine, group: Group, req: SyncGroupRequest
     """Members the leader left out get an empty assignment; unknown ids are ignored."""
     assignments = {a.member_id: a.assignment for a in req.assignments}
     for member in group.members.values():
-        member.assignment = assignments.get(member.member_id, b"")
+        member.assignment = shared_assignment(assignments.get(member.member_id, b""))[0]
     install_ownership(group)
     engine.propagate_assignment(group, ErrorCode.NONE, now_ms)
     engine.transition(group, STABLE, now_ms)

@@ -61,8 +61,9 @@ class TimerQueue:
     """A min-heap of deadlines with cancel-and-replace by key (lazy deletion).
 
     Replaced and cancelled entries stay in the heap until they surface or until they
-    outnumber the live ones, when the heap is rebuilt: re-arming a session timer on every
-    heartbeat stays O(log n) without letting garbage grow without bound.
+    make up a third of it, when the heap is rebuilt: re-arming timers stays O(log n)
+    without letting garbage grow without bound. (Session timers are not re-armed per
+    heartbeat: one fires at its old deadline and re-arms for the member's ``expires_ms``.)
     """
 
     __slots__ = ("_heap", "_live", "_seq")
@@ -82,7 +83,7 @@ class TimerQueue:
         self._seq += 1
         self._live[key] = self._seq
         heapq.heappush(self._heap, (deadline_ms, self._seq, key))
-        if len(self._heap) > 64 and len(self._heap) > 3 * len(self._live):
+        if len(self._heap) > 64 and 2 * len(self._heap) > 3 * len(self._live):
             self._compact()
 
     def cancel(self, key: TimerKey) -> None:
