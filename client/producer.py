@@ -60,6 +60,7 @@ class _Batch:
     retry_at: float = 0.0
     last_error: BaseException | None = None
     done: bool = False
+    settled: asyncio.Future[None] | None = None  # made by flush(), done once the batch is
 
 
 class Producer:
@@ -160,15 +161,14 @@ class Producer:
         Waits only for the topic's metadata (raises if the topic stays unknown for the
         request timeout) and for buffer space when ``max_buffer_bytes`` are queued.
         """
-        self._check_usable()
-        kbytes = self._key_serializer(key) if self._key_serializer else key
-        vbytes = self._value_serializer(value) if self._value_serializer else value
-        for name, v in (("key", kbytes), ("value", vbytes)):
-            if v is not None and not isinstance(v, bytes | bytearray | memoryview):
-                raise TypeError(f"{name} must be bytes or None (or pass a {name}_serializer),"
-                                f" got {type(v).__name__}")
-        kb = bytes(kbytes) if kbytes is not None else None
-        vb = bytes(vbytes) if vbytes is not None else None
+        if self._closing or self._closed or not self._started:
+            self._check_usable()
+        kb = self._key_serializer(key) if self._key_serializer else key
+        vb = self._value_serializer(value) if self._value_serializer else value
+        if kb is not None and type(kb) is not bytes:
+            kb = _as_bytes("key", kb)
+        if vb is not None and type(vb) is not bytes:
+            vb = _as_bytes("value", vb)
         count = self._fresh_count(topic)
         if count is None:
             count = await self._partition_count(topic)
@@ -181,21 +181,22 @@ class Producer:
             if not 0 <= partition < count:
                 raise UnknownTopicOrPartitionError(
                     f"{topic!r} has {count} partitions, no partition {partition}")
-        hdrs = list(headers) if headers else []
-        for h, hv in hdrs:
-            if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
-                raise TypeError("headers must be (str, bytes | None) pairs")
         size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
-        if hdrs:
+        if headers:
+            hdrs = list(headers)
+            for h, hv in hdrs:
+                if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
+                    raise TypeError("headers must be (str, bytes | None) pairs")
             size += sum(len(h) + (len(v) if v else 0) + 4 for h, v in hdrs)
+        else:
+            hdrs = []
         if self._space is not None and not self._space.is_set():
             await self._wait_for_space()
             self._check_usable()
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self._append(TopicPartition(topic, partition),
-                     BatchRecord(value=vb, key=kb, headers=hdrs, timestamp_ms=ts), size, future,
-                     sticky=sticky)
+        self._append(TopicPartition(topic, partition), BatchRecord(vb, kb, hdrs, ts), size,
+                     future, sticky=sticky)
         return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
@@ -209,8 +210,16 @@ class Producer:
         """Send everything queued now, at once, and wait until each record is settled."""
         if not self._started:
             return
-        pending = [f for q in self._queues.values() for b in q for f in b.futures]
-        pending += [f for b in self._in_flight for f in b.futures]
+        # one future per batch, not per record: waiting on each record's future costs
+        # a callback per record
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Future[None]] = []
+        for batch in [b for q in self._queues.values() for b in q] + self._in_flight:
+            if batch.done:
+                continue
+            if batch.settled is None:
+                batch.settled = loop.create_future()
+            pending.append(batch.settled)
         if not pending:
             return
         self._flushing += 1
@@ -451,6 +460,8 @@ class Producer:
         if batch.done:
             return
         batch.done = True
+        if batch.settled is not None and not batch.settled.done():
+            batch.settled.set_result(None)
         self._buffered -= batch.size
         if self._space is not None and self._buffered < self.max_buffer_bytes:
             self._space.set()
@@ -473,6 +484,13 @@ class Producer:
         self._in_flight = []
         if self._space is not None:
             self._space.set()
+
+
+def _as_bytes(name: str, v: object) -> bytes:
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    raise TypeError(f"{name} must be bytes or None (or pass a {name}_serializer),"
+                    f" got {type(v).__name__}")
 
 
 __all__ = ["Producer"]
