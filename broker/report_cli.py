@@ -51,7 +51,8 @@ def job_command(bootstrap: str, out: Path, *, group: str | None = None,
 
 
 def job_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # the job's Spark workers must run this interpreter, where groupwire is installed
+    return {"PYSPARK_PYTHON": sys.executable, **os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def last_error(log: Path) -> str:
