@@ -1,8 +1,9 @@
 """Fetching on the application's loop: positions, one prefetch in flight, record buffers.
 
 One Fetch at a time covers every assigned, unpaused, owned partition with an empty buffer;
-it runs while the application processes what the previous one returned. Answers from a
-stale assignment (``epoch``) or for a partition whose fetch offset moved (seek) are dropped.
+it runs while the application processes what the previous one returned. Answers for a
+partition no longer assigned, or whose fetch offset moved (seek, a new assignment), are
+dropped; partitions kept across a rebalance keep theirs.
 """
 
 from __future__ import annotations
@@ -180,14 +181,20 @@ class Fetcher:
             log.debug("fetch refused: %s", ErrorCode.name_of(resp.error_code))
             await asyncio.sleep(self._backoff)
             return
-        if epoch != self._subs.epoch:
-            return
+        # An assignment that changed while the Fetch was out (a cooperative rebalance) does
+        # not void the records of partitions kept at the same fetch offset: dropping them
+        # would pause exactly the partitions cooperative rebalancing promises not to
+        # pause. Only its errors are about a generation that is gone.
+        stale = epoch != self._subs.epoch
         failed = False
         for topic in resp.responses:
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition_index)
                 st = self._subs.partitions.get(tp)
-                if st is None or st.fetch_offset != offsets.get(tp):
+                requested = offsets.get(tp)
+                if st is None or requested is None or st.fetch_offset != requested:
+                    continue
+                if stale and p.error_code != ErrorCode.NONE:
                     continue
                 if p.high_watermark >= 0:
                     st.highwater = p.high_watermark
@@ -203,7 +210,7 @@ class Fetcher:
                 if not p.records:
                     continue
                 try:
-                    decoded = decode_records(p.records, offsets[tp])
+                    decoded = decode_records(p.records, requested)
                 except CorruptBatchError as exc:
                     self.error = exc
                     continue

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Imported up front, not lazily by hypothesis' own plugin at the end of the session: on
+# CPython 3.11.7 that late import, compiled under pytest's assertion rewriting deep in the
+# terminal-summary hooks, can fail with "SystemError: AST constructor recursion depth
+# mismatch" after an otherwise green run (seen with tests/unit/client/test_fetcher.py).
+import hypothesis  # noqa: F401
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent

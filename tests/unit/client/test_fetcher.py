@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from client.fetcher import Fetcher
 from client.subscription import SubscriptionState
 from client.types import Record, TopicPartition
+from protocol.batches import BatchRecord, encode_batch
+from protocol.messages import FetchPartitionData, FetchResponse, FetchTopicResponse
 
 
 async def _never(_request: Any) -> Any:
@@ -27,3 +30,38 @@ def test_drain_takes_partitions_in_turn_so_buffers_empty_evenly() -> None:
     assert sorted(order[:3]) == tps and order[3:] == order[:3]
     assert [len(subs.partitions[tp].buffer) for tp in tps] == [2, 2, 2]
     assert all(subs.partitions[tp].position == 2 for tp in tps)
+
+
+async def test_a_rebalance_during_a_fetch_keeps_the_records_of_partitions_that_stay() -> None:
+    """Cooperative rebalancing promises no pause for partitions that stay: the answer to a
+    Fetch sent before the new assignment still fills their buffers; a partition given up
+    gets nothing, and a newly assigned one waits for its own position."""
+    kept, gone, new = [TopicPartition("t", p) for p in range(3)]
+    subs = SubscriptionState()
+    subs.set_assignment([kept, gone])
+    for tp in (kept, gone):
+        subs.partitions[tp].seek(0)
+    answered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def send(_request: Any) -> Any:
+        answered.set()
+        await release.wait()
+        batch = encode_batch([BatchRecord(b"v", None, [], 7)], base_offset=0)
+        return FetchResponse(responses=[FetchTopicResponse(topic="t", partitions=[
+            FetchPartitionData(partition_index=tp.partition, high_watermark=1, records=batch)
+            for tp in (kept, gone, new)])])
+
+    fetcher = Fetcher(subs, send, auto_offset_reset="earliest", fetch_max_wait_ms=500)
+    done = asyncio.Event()
+    fetcher.on_done = done.set
+    fetcher.maybe_fetch(None)
+    await answered.wait()
+    subs.set_assignment([kept, new])  # the rebalance lands while the Fetch is out
+    release.set()
+    await done.wait()
+    task = fetcher.cancel()  # already done: hands back the task to look at
+    assert task is not None and task.exception() is None
+    assert [r.offset for r in subs.partitions[kept].buffer] == [0]
+    assert gone not in subs.partitions
+    assert not subs.partitions[new].buffer  # no position yet: its records are not taken
