@@ -1,4 +1,4 @@
-"""Cooperative vs eager: how long partitions stop while a member joins a busy group.
+"""Benchmark 5: cooperative vs eager: how long partitions stop while a member joins a busy group.
 
 Eight consumer processes share 48 partitions that a producer keeps busy; a ninth joins.
 For every partition, the gap is the longest time between two consumptions of it from the

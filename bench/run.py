@@ -180,7 +180,7 @@ def render(latest: dict[str, list[dict[str, Any]]], runs: dict[str, dict[str, An
             lines += ["", f"Settings: `{settings.pop()}`"]
         notes_path = NOTES_DIR / f"{name}.md"
         if notes_path.exists():
-            lines += ["", "### Profile", "", notes_path.read_text().strip()]
+            lines += ["", "### Notes", "", notes_path.read_text().strip()]
         lines.append("")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""Throughput against Redis Streams, both measured in the same run on the same machine.
+"""Benchmark 4: throughput against Redis Streams, both measured in the same run on the same machine.
 
 100-byte records: produced in batches (groupwire's Producer; XADD pipelined through
 redis-py with hiredis), then consumed and committed by one consumer in this process and by
