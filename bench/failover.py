@@ -1,4 +1,4 @@
-"""Benchmark 3: failover: a consumer SIGKILLed mid-stream, and how long until its partitions flow again.
+"""Benchmark 3: failover: how long after a consumer is SIGKILLed its partitions flow again.
 
 Consumers run as separate processes in one group while a producer keeps every partition
 busy. One is SIGKILLed; the figure is the time from the kill until a survivor has consumed
