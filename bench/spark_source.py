@@ -1,4 +1,4 @@
-"""Benchmark 6: records/s through the ``groupwire`` Spark data source vs the plain Consumer.
+"""Benchmark 6: records/s through the `groupwire` Spark data source vs the plain Consumer.
 
 One topic of 100-byte records (``--partitions``, default 4) is produced once; each round
 then reads all of it twice: with a plain :class:`client.Consumer` (assigned partitions, no
