@@ -3,8 +3,9 @@
 Journal lines (JSON): ``assigned``/``revoked``/``lost`` with the generation, member id and
 partitions; ``records`` with ``[partition, offset]`` pairs, written *before* the batch is
 committed; ``committed`` after a commit succeeded; ``commit_failed`` when the broker (or
-the consumer's own state) refused it. A killed process leaves a journal that is complete up
-to the kill, since every line is flushed as it is written.
+the consumer's own state) refused it; ``zombie_probe`` right after a SIGCONT (see
+:func:`probe_as_zombie`). A killed process leaves a journal that is complete up to the kill,
+since every line is flushed as it is written.
 """
 
 from __future__ import annotations
@@ -15,10 +16,24 @@ import json
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from typing import IO
 
 from client import Consumer, RebalanceListener, TopicPartition
+from client.connection import Connection
 from client.errors import CommitFailedError, GroupwireError
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    FetchGroup,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+)
 
 
 class Journal:
@@ -31,30 +46,126 @@ class Journal:
         self._file.write(json.dumps(fields) + "\n")
 
 
+@dataclass
+class Identity:
+    """Who this consumer is as a working member: what a zombie of it would act as.
+
+    ``committed`` holds only offsets committed while the partition stayed with this member,
+    so re-committing them can never move a partition that is still ours backwards.
+    """
+
+    member: str = ""
+    generation: int = -1
+    partitions: set[int] = field(default_factory=set)
+    committed: dict[int, int] = field(default_factory=dict)
+    at: float = 0.0
+
+    def copy(self) -> Identity:
+        return Identity(self.member, self.generation, set(self.partitions),
+                        dict(self.committed), time.monotonic())
+
+    def change(self, consumer: Consumer, added: set[int], removed: set[int]) -> None:
+        self.member, self.generation = consumer.member_id, consumer.generation_id
+        self.partitions = (self.partitions - removed) | added
+        for p in removed | added:
+            self.committed.pop(p, None)
+
+
 class Reporter(RebalanceListener):
-    def __init__(self, journal: Journal, consumer: Consumer) -> None:
+    def __init__(self, journal: Journal, consumer: Consumer, identity: Identity) -> None:
         self._journal = journal
         self._consumer = consumer
+        self.identity = identity
+        self.before_loss: Identity | None = None
 
-    def _write(self, event: str, tps: set[TopicPartition]) -> None:
+    def _write(self, event: str, tps: set[TopicPartition]) -> set[int]:
+        parts = {tp.partition for tp in tps}
         self._journal.write(event=event, generation=self._consumer.generation_id,
-                            member=self._consumer.member_id,
-                            partitions=sorted(tp.partition for tp in tps))
+                            member=self._consumer.member_id, partitions=sorted(parts))
+        return parts
 
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self._write("revoked", revoked)
+        self.identity.change(self._consumer, set(), self._write("revoked", revoked))
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._write("assigned", assigned)
+        self.identity.change(self._consumer, self._write("assigned", assigned), set())
 
     def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self._write("lost", lost)
+        self.before_loss = self.identity.copy()
+        self.identity.change(self._consumer, set(), self._write("lost", lost))
+
+    def frozen_identity(self) -> Identity:
+        """What this member held when it was frozen.
+
+        A consumer that wakes after a freeze may declare its partitions lost in the same
+        loop turn as the SIGCONT handler runs; a loss that recent is the freeze's own.
+        """
+        if self.before_loss is not None and time.monotonic() - self.before_loss.at < 1.0:
+            return self.before_loss
+        return self.identity.copy()
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Identity) -> None:
+    """Fetch and commit as the member this process was before it was frozen.
+
+    The consumer itself notices the freeze and stops handing out records, so it never tries
+    this; the probe does, on a separate connection, to show what the broker does with a
+    zombie's requests once its partitions have moved: it must refuse both. The commit
+    re-commits this member's own last committed offsets, so an accepted one can only move
+    an offset backwards, which the run's offset samples would catch too.
+    """
+    if not who.partitions:
+        return
+    sent = time.time()
+    fetch: dict[str, str] = {}
+    commit: dict[str, str] = {}
+    host, _, port = args.bootstrap.rpartition(":")
+    try:
+        async with await Connection.open(host, int(port), client_id=args.name + "-zombie",
+                                         connect_timeout=5.0) as conn:
+            parts = [FetchPartition(partition=p, fetch_offset=who.committed.get(p, 0),
+                                    partition_max_bytes=1024)
+                     for p in sorted(who.partitions)]
+            fr = await conn.send(FetchRequest(
+                max_wait_ms=0, topics=[FetchTopic(topic=args.topic, partitions=parts)],
+                group=FetchGroup(group_id=args.group, member_id=who.member,
+                                 generation_id=who.generation)),
+                timeout=5.0, response_type=FetchResponse)
+            if fr.error_code != ErrorCode.NONE:  # the whole request refused
+                fetch = {str(p): _name(fr.error_code) for p in sorted(who.partitions)}
+            else:
+                fetch = {str(d.partition_index): _name(d.error_code)
+                         for r in fr.responses for d in r.partitions}
+            mine = [OffsetCommitRequestPartition(partition_index=p, committed_offset=o)
+                    for p, o in sorted(who.committed.items()) if p in who.partitions]
+            if mine:
+                cr = await conn.send(OffsetCommitRequest(
+                    group_id=args.group, generation_id=who.generation, member_id=who.member,
+                    topics=[OffsetCommitRequestTopic(name=args.topic, partitions=mine)]),
+                    timeout=5.0, response_type=OffsetCommitResponse)
+                commit = {str(d.partition_index): _name(d.error_code)
+                          for r in cr.topics for d in r.partitions}
+    except (OSError, TimeoutError) as exc:
+        journal.write(event="zombie_probe", sent=sent, generation=who.generation,
+                      member=who.member, partitions=sorted(who.partitions), error=repr(exc))
+        return
+    journal.write(event="zombie_probe", sent=sent, generation=who.generation,
+                  member=who.member, partitions=sorted(who.partitions), fetch=fetch,
+                  commit=commit)
 
 
 async def run(args: argparse.Namespace) -> None:
     journal = Journal(args.journal)
     stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    identity = Identity()
+    probes: set[asyncio.Task[None]] = set()
     consumer = Consumer(
         args.bootstrap, group_id=args.group, client_id=args.name,
         session_timeout_ms=args.session_timeout_ms,
@@ -62,8 +173,20 @@ async def run(args: argparse.Namespace) -> None:
         request_timeout_ms=max(5000, args.session_timeout_ms),
         enable_auto_commit=False, auto_offset_reset="earliest", retry_backoff_ms=50,
         close_timeout_ms=3000)
+    reporter = Reporter(journal, consumer, identity)
+
+    def resumed() -> None:
+        # Runs at the loop's first turn after SIGCONT, before the consumer can rejoin.
+        snapshot = reporter.frozen_identity()
+        task = asyncio.get_running_loop().create_task(probe_as_zombie(args, journal, snapshot))
+        probes.add(task)
+        task.add_done_callback(probes.discard)
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGCONT, resumed)
     async with consumer:
-        consumer.subscribe([args.topic], listener=Reporter(journal, consumer))
+        consumer.subscribe([args.topic], listener=reporter)
         while not stop.is_set():
             try:
                 batches = await consumer.getmany(timeout_ms=100)
@@ -84,6 +207,8 @@ async def run(args: argparse.Namespace) -> None:
             else:
                 journal.write(event="committed",
                               offsets={str(tp.partition): o for tp, o in offsets.items()})
+                identity.committed.update((tp.partition, o) for tp, o in offsets.items()
+                                          if tp.partition in identity.partitions)
 
 
 def main() -> None:

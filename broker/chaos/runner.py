@@ -295,7 +295,8 @@ async def _stop_members(run: Run) -> None:
     for m in run.members:
         if m.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                m.proc.send_signal(signal.SIGCONT)
+                if m.state == "zombie":
+                    m.proc.send_signal(signal.SIGCONT)
                 m.proc.send_signal(signal.SIGTERM)
     for m in run.members:
         try:
@@ -332,7 +333,10 @@ def _print(run: Run, v: Verdict) -> None:
                   f"{v.duplicates} ({len(v.unexplained_duplicates)} unexplained)")
     table.add_row("committed offsets went backwards", str(len(v.offsets_backwards)))
     table.add_row("partition owned twice in a generation", str(len(v.double_owned)))
-    table.add_row("zombie commits refused", str(v.zombie_commits_refused))
+    table.add_row("zombie fetches / commits refused after the freeze",
+                  f"{v.zombie_fetches_refused} / {v.zombie_commits_refused} "
+                  f"({len(v.zombie_accepted)} accepted; {v.zombie_probes} probes, "
+                  f"{v.zombie_probes_unanswered} unanswered)")
     table.add_row("slowest return to full ownership",
                   f"{v.slowest_recovery_s:.2f} s (bound {v.recovery_bound_s:.1f} s)")
     longest = max(v.longest_unowned_s.items(), key=lambda x: x[1], default=(None, 0.0))

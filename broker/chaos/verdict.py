@@ -18,6 +18,10 @@ class Verdict:
     offsets_backwards: list[str] = field(default_factory=list)
     double_owned: list[str] = field(default_factory=list)
     zombie_commits_refused: int = 0
+    zombie_fetches_refused: int = 0
+    zombie_probes: int = 0
+    zombie_probes_unanswered: int = 0
+    zombie_accepted: list[str] = field(default_factory=list)
     slowest_recovery_s: float = 0.0
     recovery_bound_s: float = 0.0
     longest_unowned_s: dict[int, float] = field(default_factory=dict)
@@ -33,6 +37,7 @@ class Verdict:
                        f"fault before commit (first: {self.unexplained_duplicates[:5]})")
         out += [f"committed offset went backwards: {x}" for x in self.offsets_backwards]
         out += [f"partition owned twice in one generation: {x}" for x in self.double_owned]
+        out += [f"broker accepted a zombie's {x}" for x in self.zombie_accepted]
         if self.slowest_recovery_s > self.recovery_bound_s:
             out.append(f"group took {self.slowest_recovery_s:.1f} s to own every partition "
                        f"again (bound {self.recovery_bound_s:.1f} s)")
@@ -45,6 +50,10 @@ class Verdict:
             "unexplained_duplicates": len(self.unexplained_duplicates),
             "offsets_backwards": self.offsets_backwards, "double_owned": self.double_owned,
             "zombie_commits_refused": self.zombie_commits_refused,
+            "zombie_fetches_refused": self.zombie_fetches_refused,
+            "zombie_probes": self.zombie_probes,
+            "zombie_probes_unanswered": self.zombie_probes_unanswered,
+            "zombie_accepted": self.zombie_accepted,
             "slowest_recovery_s": round(self.slowest_recovery_s, 3),
             "recovery_bound_s": self.recovery_bound_s,
             "longest_unowned_s": {str(p): round(s, 3)
@@ -100,6 +109,7 @@ def judge(events: list[dict[str, object]], acked: set[tuple[int, int]],
     v.unexplained_duplicates = sorted(k for k in dups if not readers[k] & troubled)
     v.zombie_commits_refused = sum(1 for e in events if e["event"] == "commit_failed"
                                    and e["journal"] in zombies)
+    _zombie_probes(v, events)
     last: dict[int, int] = {}
     for t, sample in offset_samples:
         for p, off in sample.items():
@@ -116,6 +126,35 @@ def judge(events: list[dict[str, object]], acked: set[tuple[int, int]],
                       for (g, p), m in sorted(owners.items()) if len(m) > 1]
     _ownership(v, events, faulted, partitions, fault_times, end_t)
     return v
+
+
+def _zombie_probes(v: Verdict, events: list[dict[str, object]]) -> None:
+    """A woken zombie fetched and committed as its old self: after its partitions moved
+    to another member, the broker must have refused every one of those requests."""
+    for probe in (e for e in events if e["event"] == "zombie_probe"):
+        v.zombie_probes += 1
+        if "error" in probe:
+            v.zombie_probes_unanswered += 1  # e.g. the broker was down at that moment
+            continue
+        sent, member = float(probe["sent"]), str(probe["member"])  # type: ignore[arg-type]
+        generation = int(probe["generation"])  # type: ignore[call-overload]
+        moved = {int(p) for e in events  # type: ignore[attr-defined]
+                 if e["event"] == "assigned" and _time(e) < sent
+                 and str(e["member"]) != member
+                 and int(e["generation"]) > generation  # type: ignore[call-overload]
+                 for p in e["partitions"]}  # type: ignore[attr-defined]
+        for kind in ("fetch", "commit"):
+            codes = probe.get(kind) or {}
+            for p, code in codes.items():  # type: ignore[attr-defined]
+                if code != "NONE":
+                    if kind == "fetch":
+                        v.zombie_fetches_refused += 1
+                    else:
+                        v.zombie_commits_refused += 1
+                elif int(p) in moved:
+                    v.zombie_accepted.append(
+                        f"{kind} of partition {p} as {member} (generation {generation}) "
+                        f"after the partition moved")
 
 
 def _ownership(v: Verdict, events: list[dict[str, object]], faulted: dict[str, float],

@@ -23,3 +23,9 @@ def test_chaos_scenario_loses_nothing(tmp_path: Path) -> None:
     assert sum("broker killed" in f for f in verdict["faults"]) == 2
     assert len(verdict["faults"]) == 22
     assert "no violation" in result.stdout
+    # seed 7 freezes a consumer before any broker kill: once it wakes, the broker refuses
+    # its fetches and commits as the member it was (a broker restart during a freeze would
+    # give that member a fresh session, which is why not every probe is refused)
+    assert verdict["zombie_probes"] > 0
+    assert verdict["zombie_fetches_refused"] > 0 and verdict["zombie_commits_refused"] > 0
+    assert verdict["zombie_accepted"] == []

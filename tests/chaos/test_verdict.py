@@ -80,3 +80,51 @@ def test_a_zombie_reading_stale_records_again_is_explained() -> None:
               10.0)
     assert v.duplicates == 1 and v.unexplained_duplicates == []
     assert v.zombie_commits_refused == 1
+
+
+def probe(t: float, journal: str, generation: int, member: str,
+          **answers: dict[str, str]) -> dict[str, object]:
+    return ev(t, journal, "zombie_probe", sent=t, generation=generation, member=member,
+              partitions=[0, 1], **answers)
+
+
+def test_a_zombie_request_accepted_after_its_partition_moved_is_a_violation() -> None:
+    events = [
+        *CLEAN,
+        ev(5.0, "member-02", "assigned", generation=2, member="m2", partitions=[0]),
+        probe(6.0, "member-01", 1, "m1", fetch={"0": "NONE", "1": "NONE"},
+              commit={"0": "PARTITION_NOT_OWNED", "1": "NONE"}),
+    ]
+    v = judge(events, {(0, 0), (1, 0)}, {}, {"member-01"}, [], 2, [], 7.0, 10.0)
+    # partition 0 moved: its fetch is a violation, its commit was refused; partition 1 did
+    # not move to anyone, so answering it is allowed
+    assert v.zombie_accepted == [
+        "fetch of partition 0 as m1 (generation 1) after the partition moved"]
+    assert (v.zombie_fetches_refused, v.zombie_commits_refused) == (0, 1)
+    assert any("accepted a zombie's fetch of partition 0" in x for x in v.violations)
+
+
+def test_a_move_journaled_after_the_probe_or_to_the_same_member_does_not_count() -> None:
+    events = [
+        *CLEAN,
+        ev(5.0, "member-01", "assigned", generation=2, member="m1", partitions=[0]),
+        probe(6.0, "member-01", 1, "m1", fetch={"0": "NONE"}, commit={"0": "NONE"}),
+        ev(7.0, "member-02", "assigned", generation=3, member="m2", partitions=[0, 1]),
+    ]
+    v = judge(events, {(0, 0), (1, 0)}, {}, {"member-01"}, [], 2, [], 8.0, 10.0)
+    assert v.zombie_accepted == [] and v.violations == []
+
+
+def test_refused_and_unanswered_probes_are_counted() -> None:
+    events = [
+        *CLEAN,
+        ev(5.0, "member-02", "assigned", generation=2, member="m2", partitions=[0, 1]),
+        probe(6.0, "member-01", 1, "m1", fetch={"0": "UNKNOWN_MEMBER_ID", "1": "UNKNOWN_MEMBER_ID"},
+              commit={"0": "UNKNOWN_MEMBER_ID"}),
+        ev(6.5, "member-01", "zombie_probe", sent=6.5, generation=1, member="m1",
+           partitions=[0], error="ConnectionRefusedError()"),
+    ]
+    v = judge(events, {(0, 0), (1, 0)}, {}, {"member-01"}, [], 2, [], 8.0, 10.0)
+    assert (v.zombie_probes, v.zombie_probes_unanswered) == (2, 1)
+    assert (v.zombie_fetches_refused, v.zombie_commits_refused) == (2, 1)
+    assert v.violations == []
