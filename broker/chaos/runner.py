@@ -119,6 +119,8 @@ async def _scenario(run: Run) -> Verdict:
     with contextlib.suppress(asyncio.CancelledError):
         await sampler
     await _stop_members(run)
+    # session timeout (a dead member is noticed) + the rebalance bound: one more session
+    # timeout (members a restarted broker reloads get a fresh one) and 10 s to rejoin
     bound = (opts.session_timeout_ms * 2 + 10_000) / 1000
     verdict = judge(read_journals(run.workdir), run.acked, run.faulted, run.zombies,
                     run.samples, opts.partitions, run.fault_times, end_t, bound)
