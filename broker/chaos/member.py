@@ -22,6 +22,7 @@ from typing import IO
 from client import Consumer, RebalanceListener, TopicPartition
 from client.connection import Connection
 from client.errors import CommitFailedError, GroupwireError
+from client.types import parse_bootstrap
 from protocol.errors import ErrorCode
 from protocol.messages import (
     FetchGroup,
@@ -58,11 +59,9 @@ class Identity:
     generation: int = -1
     partitions: set[int] = field(default_factory=set)
     committed: dict[int, int] = field(default_factory=dict)
-    at: float = 0.0
 
     def copy(self) -> Identity:
-        return Identity(self.member, self.generation, set(self.partitions),
-                        dict(self.committed), time.monotonic())
+        return Identity(self.member, self.generation, set(self.partitions), dict(self.committed))
 
     def change(self, consumer: Consumer, added: set[int], removed: set[int]) -> None:
         self.member, self.generation = consumer.member_id, consumer.generation_id
@@ -72,11 +71,11 @@ class Identity:
 
 
 class Reporter(RebalanceListener):
-    def __init__(self, journal: Journal, consumer: Consumer, identity: Identity) -> None:
+    def __init__(self, journal: Journal, consumer: Consumer) -> None:
         self._journal = journal
         self._consumer = consumer
-        self.identity = identity
-        self.before_loss: Identity | None = None
+        self.identity = Identity()
+        self._before_loss: tuple[float, Identity] | None = None  # (monotonic time, identity)
 
     def _write(self, event: str, tps: set[TopicPartition]) -> set[int]:
         parts = {tp.partition for tp in tps}
@@ -91,7 +90,7 @@ class Reporter(RebalanceListener):
         self.identity.change(self._consumer, self._write("assigned", assigned), set())
 
     def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.before_loss = self.identity.copy()
+        self._before_loss = (time.monotonic(), self.identity.copy())
         self.identity.change(self._consumer, set(), self._write("lost", lost))
 
     def frozen_identity(self) -> Identity:
@@ -100,16 +99,9 @@ class Reporter(RebalanceListener):
         A consumer that wakes after a freeze may declare its partitions lost in the same
         loop turn as the SIGCONT handler runs; a loss that recent is the freeze's own.
         """
-        if self.before_loss is not None and time.monotonic() - self.before_loss.at < 1.0:
-            return self.before_loss
+        if self._before_loss is not None and time.monotonic() - self._before_loss[0] < 1.0:
+            return self._before_loss[1]
         return self.identity.copy()
-
-
-def _name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return str(code)
 
 
 async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Identity) -> None:
@@ -126,9 +118,9 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
     sent = time.time()
     fetch: dict[str, str] = {}
     commit: dict[str, str] = {}
-    host, _, port = args.bootstrap.rpartition(":")
+    host, port = parse_bootstrap(args.bootstrap)[0]
     try:
-        async with await Connection.open(host, int(port), client_id=args.name + "-zombie",
+        async with await Connection.open(host, port, client_id=args.name + "-zombie",
                                          connect_timeout=5.0) as conn:
             parts = [FetchPartition(partition=p, fetch_offset=who.committed.get(p, 0),
                                     partition_max_bytes=1024)
@@ -139,9 +131,9 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
                                  generation_id=who.generation)),
                 timeout=5.0, response_type=FetchResponse)
             if fr.error_code != ErrorCode.NONE:  # the whole request refused
-                fetch = {str(p): _name(fr.error_code) for p in sorted(who.partitions)}
+                fetch = {str(p): ErrorCode.name_of(fr.error_code) for p in sorted(who.partitions)}
             else:
-                fetch = {str(d.partition_index): _name(d.error_code)
+                fetch = {str(d.partition_index): ErrorCode.name_of(d.error_code)
                          for r in fr.responses for d in r.partitions}
             mine = [OffsetCommitRequestPartition(partition_index=p, committed_offset=o)
                     for p, o in sorted(who.committed.items()) if p in who.partitions]
@@ -150,7 +142,7 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
                     group_id=args.group, generation_id=who.generation, member_id=who.member,
                     topics=[OffsetCommitRequestTopic(name=args.topic, partitions=mine)]),
                     timeout=5.0, response_type=OffsetCommitResponse)
-                commit = {str(d.partition_index): _name(d.error_code)
+                commit = {str(d.partition_index): ErrorCode.name_of(d.error_code)
                           for r in cr.topics for d in r.partitions}
     except (OSError, TimeoutError) as exc:
         journal.write(event="zombie_probe", sent=sent, generation=who.generation,
@@ -164,7 +156,6 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
 async def run(args: argparse.Namespace) -> None:
     journal = Journal(args.journal)
     stop = asyncio.Event()
-    identity = Identity()
     probes: set[asyncio.Task[None]] = set()
     consumer = Consumer(
         args.bootstrap, group_id=args.group, client_id=args.name,
@@ -173,7 +164,8 @@ async def run(args: argparse.Namespace) -> None:
         request_timeout_ms=max(5000, args.session_timeout_ms),
         enable_auto_commit=False, auto_offset_reset="earliest", retry_backoff_ms=50,
         close_timeout_ms=3000)
-    reporter = Reporter(journal, consumer, identity)
+    reporter = Reporter(journal, consumer)
+    identity = reporter.identity
 
     def resumed() -> None:
         # Runs at the loop's first turn after SIGCONT, before the consumer can rejoin.

@@ -119,7 +119,8 @@ def test_refused_and_unanswered_probes_are_counted() -> None:
     events = [
         *CLEAN,
         ev(5.0, "member-02", "assigned", generation=2, member="m2", partitions=[0, 1]),
-        probe(6.0, "member-01", 1, "m1", fetch={"0": "UNKNOWN_MEMBER_ID", "1": "UNKNOWN_MEMBER_ID"},
+        probe(6.0, "member-01", 1, "m1",
+              fetch={"0": "UNKNOWN_MEMBER_ID", "1": "UNKNOWN_MEMBER_ID"},
               commit={"0": "UNKNOWN_MEMBER_ID"}),
         ev(6.5, "member-01", "zombie_probe", sent=6.5, generation=1, member="m1",
            partitions=[0], error="ConnectionRefusedError()"),
