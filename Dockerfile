@@ -11,10 +11,12 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY groupwire ./groupwire
 COPY protocol ./protocol
 COPY broker ./broker
 COPY client ./client
 COPY pipeline ./pipeline
+COPY cli ./cli
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 

@@ -9,8 +9,13 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.groupwire-installed"
 PYTHON="${PYTHON:-python3}"
-# The sans-I/O cores that must stay `mypy --strict` clean.
-STRICT_CORES=(protocol broker/coordinator client/assignors)
+# The sans-I/O cores that must stay `mypy --strict` clean, as modules of the one package.
+STRICT_CORES=(groupwire.protocol groupwire.broker.coordinator groupwire.client.assignors)
+# The layers' folders, each mapped into `groupwire` (pyproject's [tool.setuptools.package-dir]).
+LAYERS=(protocol broker client pipeline cli)
+# Where lint lays the package out as it is installed, for tools that read files rather
+# than import (mypy, import-linter): folders, with links to the repository's files.
+TYPECHECK_TREE="$ROOT/build/typecheck"
 
 usage() {
     cat <<'EOF'
@@ -22,7 +27,8 @@ Commands:
   demo [ARGS]    only the demo: a broker, a producer, three consumers, one killed
   test [ARGS]    run the test suite (python -m pytest -q ARGS),
                  e.g. ./dev.sh test tests/unit -x
-  lint           ruff check, then mypy --strict on the sans-I/O cores
+  lint           ruff check, mypy (--strict on the sans-I/O cores), the layer
+                 contract (lint-imports) and the docs site (mkdocs build --strict)
   setup          only create or update .venv
   -h, --help     show this help
 
@@ -59,25 +65,42 @@ ensure_venv() {
     fi
 }
 
-lint() {
-    local cores=() dir
-    for dir in "${STRICT_CORES[@]}"; do
-        if [[ -d "$dir" ]]; then
-            cores+=("$dir")
-        else
-            echo "dev.sh: $dir does not exist yet; not type-checked" >&2
-        fi
+# mypy and import-linter find modules by path; the editable install maps them with an
+# import hook they cannot see. Lay the package out as the wheel does, linking each file.
+package_tree() {
+    rm -rf "$TYPECHECK_TREE"
+    mkdir -p "$TYPECHECK_TREE"
+    cp -rs "$ROOT/groupwire" "$TYPECHECK_TREE/groupwire"
+    local layer
+    for layer in "${LAYERS[@]}"; do
+        cp -rs "$ROOT/$layer" "$TYPECHECK_TREE/groupwire/$layer"
     done
-    # Run both even when the first fails, so one pass shows every problem.
-    local failed=0
+    find "$TYPECHECK_TREE" -name __pycache__ -prune -exec rm -rf {} +
+}
+
+lint() {
+    # Run every step even when one fails, so one pass shows every problem.
+    local failed=0 strict=() module
+    for module in "${STRICT_CORES[@]}"; do strict+=(-p "$module"); done
     echo "== ruff check" >&2
     "$VENV/bin/ruff" check . || failed=1
-    if ((${#cores[@]})); then
-        echo "== mypy --strict ${cores[*]}" >&2
-        "$VENV/bin/mypy" --strict --no-warn-unused-configs "${cores[@]}" || failed=1
+    package_tree
+    echo "== mypy --strict ${STRICT_CORES[*]}" >&2
+    (cd "$TYPECHECK_TREE" && MYPYPATH="$TYPECHECK_TREE" "$VENV/bin/mypy" \
+        --config-file "$ROOT/pyproject.toml" --cache-dir "$ROOT/.mypy_cache" \
+        --strict --no-warn-unused-configs "${strict[@]}") || failed=1
+    echo "== mypy groupwire (the whole package)" >&2
+    (cd "$TYPECHECK_TREE" && MYPYPATH="$TYPECHECK_TREE" "$VENV/bin/mypy" \
+        --config-file "$ROOT/pyproject.toml" --cache-dir "$ROOT/.mypy_cache" \
+        --no-warn-unused-configs -p groupwire) || failed=1
+    echo "== lint-imports (the layer contract in pyproject.toml)" >&2
+    (cd "$TYPECHECK_TREE" && PYTHONPATH="$TYPECHECK_TREE" "$VENV/bin/lint-imports" \
+        --no-cache "$ROOT/pyproject.toml") || failed=1
+    if [[ -f mkdocs.yml ]]; then
+        echo "== mkdocs build --strict" >&2
+        PYTHONPATH="$TYPECHECK_TREE" "$VENV/bin/mkdocs" build --strict --quiet \
+            --site-dir "$ROOT/build/site" || failed=1
     fi
-    echo "== mypy broker client pipeline (the shells)" >&2
-    "$VENV/bin/mypy" --no-warn-unused-configs broker client pipeline || failed=1
     return "$failed"
 }
 

@@ -63,8 +63,8 @@ class _Counter:
 
 
 async def _run_groupwire(args: argparse.Namespace) -> None:
-    from client import Consumer, RebalanceListener, TopicPartition
-    from client.errors import GroupwireError
+    from groupwire.client import Consumer, RebalanceListener, TopicPartition
+    from groupwire.client.errors import GroupwireError
 
     def parts(tps: set[TopicPartition]) -> list[int]:
         return sorted(tp.partition for tp in tps)

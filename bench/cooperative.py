@@ -83,7 +83,7 @@ async def one_join(group: Group, joiner: Any, steady_s: float) -> Rebalance:
 
 async def measure(address: str, strategy: str, members: int, partitions: int,
                   joins: int, warmup: int, steady_s: float) -> list[Rebalance]:
-    from client import Admin
+    from groupwire.client import Admin
 
     tag = f"{strategy}-{time.time_ns()}"
     topic = f"coop-{tag}"

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import msgpack
 
-from protocol.framing import FrameDecoder, frame
+from groupwire.protocol.framing import FrameDecoder, frame
 
 
 class EchoProtocol(asyncio.Protocol):

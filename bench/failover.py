@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.common import BenchError, BrokerProc, Figure, bench_main, with_goal
 from bench.consumer_proc import Group
-from broker.config import BrokerSettings
+from groupwire.broker.config import BrokerSettings
 
 PARTITIONS = 8
 CONSUMERS = 4
@@ -57,7 +57,7 @@ def p99(values: list[float]) -> float:
 async def producing(address: str, topic: str, partitions: int, every_s: float,
                     stop: asyncio.Event) -> None:
     """One record to every partition each ``every_s``: always something to consume."""
-    from client import Producer
+    from groupwire.client import Producer
 
     async with Producer(address, linger_ms=0) as producer:
         n = 0
@@ -97,7 +97,7 @@ async def kill_one(group: Group, turn: int) -> float:
 
 async def gw_failover(address: str, session_ms: int | None, kills: int, warmup: int,
                       tag: str) -> list[float]:
-    from client import Admin
+    from groupwire.client import Admin
 
     topic = f"failover-{tag}"
     async with Admin(address) as admin:

@@ -34,7 +34,7 @@ from bench.common import (
     with_goal,
 )
 from bench.members import close_connections, populate
-from client.connection import Connection
+from groupwire.client.connection import Connection
 
 GOAL_RATIO = ">= 0.5"
 CPU_BOUND_PERCENT = 90.0

@@ -25,9 +25,9 @@ from typing import Any, cast
 
 import msgpack
 
-from protocol.codec import encode_request
-from protocol.framing import frame
-from protocol.messages import HeartbeatRequest
+from groupwire.protocol.codec import encode_request
+from groupwire.protocol.framing import frame
+from groupwire.protocol.messages import HeartbeatRequest
 
 OK_SUFFIX = b"\x81\xaaerror_code\x00"
 OK_LEN = len(OK_SUFFIX)

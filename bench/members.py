@@ -12,10 +12,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from client.connection import Connection, ConnectionClosedError
-from protocol.consumer import Assignment, Subscription, encode_assignment, encode_subscription
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.connection import Connection, ConnectionClosedError
+from groupwire.protocol.consumer import (
+    Assignment,
+    Subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,

@@ -89,9 +89,9 @@ async def allocation_sites(members: int, groups: int, top: int = 30) -> str:
     The broker runs in this process (the members' client side too, filtered out by
     file), so this is a diagnosis beside the RSS figures, not one of them.
     """
-    from broker.config import BrokerSettings
-    from broker.logs import configure_logging
-    from broker.server import Broker
+    from groupwire.broker.config import BrokerSettings
+    from groupwire.broker.logs import configure_logging
+    from groupwire.broker.server import Broker
 
     configure_logging("json", "error")
     with tempfile.TemporaryDirectory(prefix="gw-bench-mem-") as tmp:

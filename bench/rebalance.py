@@ -27,8 +27,8 @@ from bench.members import (
     new_members,
     open_connections,
 )
-from client.connection import ConnectionClosedError
-from protocol.messages import LeaveGroupRequest, LeaveGroupResponse, MemberIdentity
+from groupwire.client.connection import ConnectionClosedError
+from groupwire.protocol.messages import LeaveGroupRequest, LeaveGroupResponse, MemberIdentity
 
 GOAL_MS = "< 1000"
 GOAL_SIZE = 1000

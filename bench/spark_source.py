@@ -19,7 +19,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from bench.common import BenchError, BrokerProc, Figure, bench_main, machine, with_goal
-from pipeline.reading import loop_factory
+from groupwire.pipeline.reading import loop_factory
 
 RECORD_BYTES = 100
 VALUE = bytes(range(RECORD_BYTES))
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def produce(address: str, topic: str, records: int, partitions: int) -> None:
-    from client import Admin, Producer
+    from groupwire.client import Admin, Producer
 
     async with Admin(address) as admin:
         await admin.create_topics(topic, num_partitions=partitions)
@@ -45,7 +45,7 @@ async def produce(address: str, topic: str, records: int, partitions: int) -> No
 
 async def consume(address: str, topic: str, records: int, partitions: int) -> float:
     """Seconds for a plain Consumer to read every record of the topic."""
-    from client import Consumer, TopicPartition
+    from groupwire.client import Consumer, TopicPartition
 
     async with Consumer(address, group_id=None, auto_offset_reset="earliest",
                         enable_auto_commit=False, max_poll_records=5000) as consumer:
@@ -75,7 +75,7 @@ def spark_session(master: str) -> Any:
     except ImportError as exc:
         raise BenchError("pyspark is not installed (pip install -e '.[spark]')") from exc
 
-    import pipeline
+    from groupwire import pipeline
 
     spark = (SparkSession.builder.master(master).appName("groupwire-bench")
              .config("spark.driver.host", "127.0.0.1")

@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def gw_produce(address: str, topic: str, records: int, limit_s: float) -> Phase:
-    from client import Admin, Producer
+    from groupwire.client import Admin, Producer
 
     async with Admin(address) as admin:
         await admin.create_topics(topic, num_partitions=PARTITIONS)
@@ -79,7 +79,7 @@ async def gw_consume_here(address: str, topic: str, group: str, records: int,
 
     Timed from its assignment, so the first fetch counts.
     """
-    from client import Consumer, RebalanceListener, TopicPartition
+    from groupwire.client import Consumer, RebalanceListener, TopicPartition
 
     assigned_at: list[float] = []
 

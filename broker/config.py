@@ -15,9 +15,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from broker.coordinator.config import CoordinatorConfig
-from broker.storage import FsyncPolicy, StorageConfig
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.storage import FsyncPolicy, StorageConfig
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 ENV_PREFIX = "GROUPWIRE_"
 MIN_FRAME_BYTES = 128 * 1024

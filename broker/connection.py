@@ -15,17 +15,17 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
-from broker.logs import get_logger
-from protocol.codec import (
+from groupwire.broker.logs import get_logger
+from groupwire.protocol.codec import (
     decode_heartbeat,
     decode_request,
     encode_response,
     frame_response_packed,
     pack_body,
 )
-from protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
-from protocol.framing import FrameDecoder, frame
-from protocol.messages import (
+from groupwire.protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
+from groupwire.protocol.framing import FrameDecoder, frame
+from groupwire.protocol.messages import (
     RESPONSE_TYPES,
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -34,7 +34,7 @@ from protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from groupwire.broker.server import Broker
 
 log = get_logger("groupwire.connection")
 
@@ -174,7 +174,7 @@ class ClientConnection(asyncio.Protocol):
         key = ApiKey(req.api_key)
         self._in_flight[cid] = (key, time.perf_counter())
         if key == ApiKey.API_VERSIONS and req.api_version not in _API_VERSIONS_SERVED:
-            # PROTOCOL.md §3: answered in v0 whatever the version, flagged unsupported
+            # docs/protocol.md §3: answered in v0 whatever the version, flagged unsupported
             self.reply(req.correlation_id, self.broker.unsupported_api_versions(req.api_version))
             return
         self.broker.dispatch(self, req.correlation_id, req.client_id or "", req.request)

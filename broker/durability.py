@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from broker.logs import get_logger
-from broker.storage import FsyncPolicy, TopicStore
-from broker.storage.errors import StorageError
+from groupwire.broker.logs import get_logger
+from groupwire.broker.storage import FsyncPolicy, TopicStore
+from groupwire.broker.storage.errors import StorageError
 
 log = get_logger("groupwire.durability")
 

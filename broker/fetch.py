@@ -11,12 +11,12 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.coordinator import Coordinator
-from broker.logs import get_logger
-from broker.storage import TopicStore
-from broker.storage.errors import StorageError
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator import Coordinator
+from groupwire.broker.logs import get_logger
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchPartitionData,
     FetchRequest,
     FetchResponse,

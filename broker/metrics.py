@@ -21,8 +21,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from protocol.errors import ErrorCode
-from protocol.messages import RESPONSE_TYPES, ApiKey
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import RESPONSE_TYPES, ApiKey
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

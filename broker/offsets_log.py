@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from broker.coordinator import GroupRecord, record_from_kv
-from broker.logs import get_logger
-from broker.storage import TopicStore
-from broker.storage.errors import StorageError
-from protocol.hashing import coordinator_partition
+from groupwire.broker.coordinator import GroupRecord, record_from_kv
+from groupwire.broker.logs import get_logger
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.hashing import coordinator_partition
 
 log = get_logger("groupwire.offsets_log")
 

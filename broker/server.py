@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import msgpack
 
-from broker.config import BrokerSettings
-from broker.connection import ClientConnection
-from broker.coordinator import (
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.connection import ClientConnection
+from groupwire.broker.coordinator import (
     CancelTimer,
     Coordinator,
     RequestContext,
@@ -26,21 +26,21 @@ from broker.coordinator import (
     SetTimer,
     TimerQueue,
 )
-from broker.coordinator.events import GroupEvent
-from broker.coordinator.offsets import CommittedOffset
-from broker.coordinator.records import GroupMetadataRecord
-from broker.durability import Durability
-from broker.fetch import FetchManager
-from broker.logs import get_logger
-from broker.metrics import BrokerMetrics, StateViews
-from broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
-from broker.storage import TopicStore
-from broker.storage.errors import StorageError
-from broker.storage.fileops import FileOps
-from broker.topic_apis import BATCH_OVERHEAD, TopicApis
-from protocol.codec import HeartbeatFields
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator.events import GroupEvent
+from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.records import GroupMetadataRecord
+from groupwire.broker.durability import Durability
+from groupwire.broker.fetch import FetchManager
+from groupwire.broker.logs import get_logger
+from groupwire.broker.metrics import BrokerMetrics, StateViews
+from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
+from groupwire.protocol.codec import HeartbeatFields
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     CreatePartitionsRequest,
@@ -279,7 +279,7 @@ class Broker:
             self._dispatch(conn, correlation_id, client_id, request)
         except Exception as exc:
             log.exception("request_failed", api=type(request).__name__, conn=conn.conn_id)
-            from protocol.messages import response_type_for
+            from groupwire.protocol.messages import response_type_for
 
             conn.reply(correlation_id, response_type_for(request)(
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,

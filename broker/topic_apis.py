@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.config import BrokerSettings
-from broker.logs import get_logger
-from broker.storage import TopicStore
-from broker.storage.errors import StorageError
-from protocol.batches import CorruptBatchError, validate_batch
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.logs import get_logger
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.batches import CorruptBatchError, validate_batch
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiVersion,
     ApiVersionsResponse,
@@ -46,7 +46,7 @@ NODE_ID = 0
 LATEST = -1
 EARLIEST = -2
 BATCH_OVERHEAD = 65536
-"""Room kept in a frame for the envelope around a batch (PROTOCOL.md §1)."""
+"""Room kept in a frame for the envelope around a batch (docs/protocol.md §1)."""
 
 
 class TopicApis:

@@ -3,9 +3,9 @@
 Familiar to aiokafka users; better at rebalances (see DESIGN.md "Client SDK").
 """
 
-from client.admin import Admin
-from client.consumer import Consumer
-from client.errors import (
+from groupwire.client.admin import Admin
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     CommitFailedError,
@@ -17,9 +17,9 @@ from client.errors import (
     UnknownMemberIdError,
     error_for,
 )
-from client.listener import RebalanceListener
-from client.producer import Producer
-from client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
+from groupwire.client.listener import RebalanceListener
+from groupwire.client.producer import Producer
+from groupwire.client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 
 __all__ = [
     "Admin",

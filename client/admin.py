@@ -11,17 +11,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from client.cluster import Cluster
-from client.errors import (
+from groupwire.client.cluster import Cluster
+from groupwire.client.errors import (
     BrokerResponseError,
     NonEmptyGroupError,
     UnknownTopicOrPartitionError,
     error_for,
 )
-from client.types import OffsetAndMetadata, TopicPartition
-from protocol.consumer import decode_assignment, decode_subscription
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import (
+from groupwire.client.types import OffsetAndMetadata, TopicPartition
+from groupwire.protocol.consumer import decode_assignment, decode_subscription
+from groupwire.protocol.errors import ErrorCode, ProtocolError
+from groupwire.protocol.messages import (
     CreatableTopic,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -54,7 +54,7 @@ R = TypeVar("R", bound=Response)
 
 LATEST = -1
 EARLIEST = -2
-"""ListOffsets' special timestamps (PROTOCOL.md §4)."""
+"""ListOffsets' special timestamps (docs/protocol.md §4)."""
 
 
 @dataclass(frozen=True, slots=True)

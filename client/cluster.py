@@ -13,12 +13,17 @@ import random
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from client.connection import Connection, ConnectionClosedError
-from client.errors import ClientClosedError, GroupwireError, RequestTimedOutError, error_for
-from client.types import parse_bootstrap
-from protocol.errors import ErrorCode
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from protocol.messages import (
+from groupwire.client.connection import Connection, ConnectionClosedError
+from groupwire.client.errors import (
+    ClientClosedError,
+    GroupwireError,
+    RequestTimedOutError,
+    error_for,
+)
+from groupwire.client.types import parse_bootstrap
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiKey,
     ApiVersionsRequest,

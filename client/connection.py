@@ -12,10 +12,10 @@ import contextlib
 import itertools
 from typing import TypeVar
 
-from protocol.codec import decode_response_body, decode_response_envelope, encode_request
-from protocol.errors import BodyError, ProtocolError, RemoteProtocolError
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
-from protocol.messages import Request, Response, response_type_for
+from groupwire.protocol.codec import decode_response_body, decode_response_envelope, encode_request
+from groupwire.protocol.errors import BodyError, ProtocolError, RemoteProtocolError
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from groupwire.protocol.messages import Request, Response, response_type_for
 
 R = TypeVar("R", bound=Response)
 

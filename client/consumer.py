@@ -20,12 +20,12 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from client.assignors import (
+from groupwire.client.assignors import (
     PartitionAssignor,
     get_assignor,
     rebalance_protocol_for,
 )
-from client.errors import (
+from groupwire.client.errors import (
     ClientClosedError,
     CommitFailedError,
     FencedInstanceIdError,
@@ -34,16 +34,16 @@ from client.errors import (
     RebalanceInProgressError,
     error_for,
 )
-from client.fetcher import EARLIEST, LATEST, Fetcher
-from client.heartbeat import HeartbeatThread, monotonic_ms
-from client.joiner import Joiner
-from client.link import CoordinatorLink, backoff_ms
-from client.listener import RebalanceListener, invoke
-from client.membership import CommitCheck, Generation, Membership, MemberState
-from client.subscription import SubscriptionState
-from client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.fetcher import EARLIEST, LATEST, Fetcher
+from groupwire.client.heartbeat import HeartbeatThread, monotonic_ms
+from groupwire.client.joiner import Joiner
+from groupwire.client.link import CoordinatorLink, backoff_ms
+from groupwire.client.listener import RebalanceListener, invoke
+from groupwire.client.membership import CommitCheck, Generation, Membership, MemberState
+from groupwire.client.subscription import SubscriptionState
+from groupwire.client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchGroup,
     LeaveGroupRequest,
     MemberIdentity,

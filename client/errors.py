@@ -14,7 +14,50 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
+
+__all__ = [
+    "BrokerResponseError",
+    "ClientClosedError",
+    "CommitFailedError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
+    "CorruptMessageError",
+    "FencedInstanceIdError",
+    "GroupAuthorizationFailedError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "GroupwireError",
+    "IllegalGenerationError",
+    "IllegalStateError",
+    "InconsistentGroupProtocolError",
+    "InvalidCommitOffsetSizeError",
+    "InvalidGroupIdError",
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidSessionTimeoutError",
+    "InvalidTopicError",
+    "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "ListenerError",
+    "MemberIdRequiredError",
+    "MessageTooLargeError",
+    "NonEmptyGroupError",
+    "NotCoordinatorError",
+    "OffsetMetadataTooLargeError",
+    "OffsetOutOfRangeError",
+    "PartitionNotOwnedError",
+    "RebalanceInProgressError",
+    "RequestTimedOutError",
+    "TopicAlreadyExistsError",
+    "UnknownMemberIdError",
+    "UnknownServerError",
+    "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
+    "UnsupportedVersionError",
+    "error_for",
+]
 
 
 class GroupwireError(Exception):
@@ -58,7 +101,7 @@ class ClientClosedError(GroupwireError):
 # One class per code, so applications can catch exactly what they handle.
 
 
-class UnknownServerErrorError(BrokerResponseError):
+class UnknownServerError(BrokerResponseError):
     code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
@@ -102,7 +145,7 @@ class NotCoordinatorError(BrokerResponseError):
     code = ErrorCode.NOT_COORDINATOR
 
 
-class InvalidTopicExceptionError(BrokerResponseError):
+class InvalidTopicError(BrokerResponseError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
@@ -158,7 +201,7 @@ class InvalidRequestError(BrokerResponseError):
     code = ErrorCode.INVALID_REQUEST
 
 
-class KafkaStorageErrorError(BrokerResponseError):
+class KafkaStorageError(BrokerResponseError):
     code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
@@ -191,7 +234,7 @@ class PartitionNotOwnedError(BrokerResponseError):
 
 
 _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
-    ErrorCode.UNKNOWN_SERVER_ERROR: UnknownServerErrorError,
+    ErrorCode.UNKNOWN_SERVER_ERROR: UnknownServerError,
     ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
     ErrorCode.CORRUPT_MESSAGE: CorruptMessageError,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
@@ -202,7 +245,7 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: CoordinatorLoadInProgressError,
     ErrorCode.COORDINATOR_NOT_AVAILABLE: CoordinatorNotAvailableError,
     ErrorCode.NOT_COORDINATOR: NotCoordinatorError,
-    ErrorCode.INVALID_TOPIC_EXCEPTION: InvalidTopicExceptionError,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: InvalidTopicError,
     ErrorCode.ILLEGAL_GENERATION: IllegalGenerationError,
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentGroupProtocolError,
     ErrorCode.INVALID_GROUP_ID: InvalidGroupIdError,
@@ -216,7 +259,7 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
     ErrorCode.INVALID_REPLICATION_FACTOR: InvalidReplicationFactorError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
-    ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageErrorError,
+    ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.NON_EMPTY_GROUP: NonEmptyGroupError,
     ErrorCode.GROUP_ID_NOT_FOUND: GroupIdNotFoundError,
     ErrorCode.MEMBER_ID_REQUIRED: MemberIdRequiredError,

@@ -13,11 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from client.subscription import SubscriptionState
-from client.types import Record, TopicPartition
-from protocol.batches import CorruptBatchError, decode_records
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.subscription import SubscriptionState
+from groupwire.client.types import Record, TopicPartition
+from groupwire.protocol.batches import CorruptBatchError, decode_records
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchGroup,
     FetchPartition,
     FetchRequest,
@@ -254,10 +254,10 @@ class Fetcher:
 
 def _raise_for(code: int, message: str | None) -> None:
     if code != ErrorCode.NONE:
-        from client.errors import error_for
+        from groupwire.client.errors import error_for
         raise error_for(code, message or "")
 
 
 def _no_reset(tps: list[TopicPartition]) -> Exception:
-    from client.errors import OffsetOutOfRangeError
+    from groupwire.client.errors import OffsetOutOfRangeError
     return OffsetOutOfRangeError(f"no committed offset and auto_offset_reset='none': {tps}")

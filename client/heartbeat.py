@@ -2,7 +2,7 @@
 
 An application that blocks its loop (CPU work, ``time.sleep`` in a handler) keeps its
 membership because heartbeats leave from here. Each Heartbeat reports ``poll_age_ms`` and
-long-polls (``wait_ms``, PROTOCOL.md §7.3) so a rebalance or removal is known at once.
+long-polls (``wait_ms``, docs/protocol.md §7.3) so a rebalance or removal is known at once.
 Outcomes go into the shared :class:`~client.membership.Membership` (under its lock) and
 ``notify()`` wakes the app's loop; the app's next poll acts on them (rejoin, lost).
 When the app has not polled within ``max_poll_interval_ms`` this thread leaves the group
@@ -18,10 +18,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from client.connection import Connection
-from client.membership import Action, Membership
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.connection import Connection
+from groupwire.client.membership import Action, Membership
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     LeaveGroupRequest,

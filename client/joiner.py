@@ -12,14 +12,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from client.assignors import PartitionAssignor, RebalanceProtocol, user_data_for
-from client.assignors import Subscription as AssignorSubscription
-from client.heartbeat import monotonic_ms
-from client.link import CoordinatorLink, backoff_ms
-from client.membership import Action, Membership
-from client.subscription import SubscriptionState
-from client.types import TopicPartition
-from protocol.consumer import (
+from groupwire.client.assignors import PartitionAssignor, RebalanceProtocol, user_data_for
+from groupwire.client.assignors import Subscription as AssignorSubscription
+from groupwire.client.heartbeat import monotonic_ms
+from groupwire.client.link import CoordinatorLink, backoff_ms
+from groupwire.client.membership import Action, Membership
+from groupwire.client.subscription import SubscriptionState
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.consumer import (
     Assignment,
     Subscription,
     decode_assignment,
@@ -27,8 +27,8 @@ from protocol.consumer import (
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     JoinGroupRequest,
     JoinGroupRequestProtocol,
     JoinGroupResponse,

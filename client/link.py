@@ -12,9 +12,14 @@ import asyncio
 import logging
 from typing import Any, TypeVar
 
-from client.connection import Connection, ConnectionClosedError
-from protocol.errors import ErrorCode
-from protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse, Request, Response
+from groupwire.client.connection import Connection, ConnectionClosedError
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    Request,
+    Response,
+)
 
 __all__ = ["CoordinatorLink", "backoff_ms"]
 

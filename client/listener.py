@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any
 
-from client.types import TopicPartition
+from groupwire.client.types import TopicPartition
 
 __all__ = ["RebalanceListener", "invoke"]
 

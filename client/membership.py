@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
 
 __all__ = ["NO_GENERATION", "Action", "CommitCheck", "Generation", "MemberState", "Membership"]
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.cluster import BrokerNotAvailableError, Cluster, backoff_s
-from client.connection import ConnectionClosedError
-from client.errors import (
+from groupwire.client.cluster import BrokerNotAvailableError, Cluster, backoff_s
+from groupwire.client.connection import ConnectionClosedError
+from groupwire.client.errors import (
     ClientClosedError,
     GroupwireError,
     IllegalStateError,
@@ -27,11 +27,11 @@ from client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
-from client.types import RecordMetadata, TopicPartition
-from protocol.batches import BatchRecord, encode_batch
-from protocol.errors import ErrorCode
-from protocol.hashing import partition_for_key
-from protocol.messages import (
+from groupwire.client.types import RecordMetadata, TopicPartition
+from groupwire.protocol.batches import BatchRecord, encode_batch
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.hashing import partition_for_key
+from groupwire.protocol.messages import (
     PartitionProduceData,
     ProduceRequest,
     ProduceResponse,
@@ -67,7 +67,7 @@ class Producer:
     """Publishes records; an async context manager (``close`` flushes).
 
     ``acks`` is accepted for familiarity: the broker always answers after its write under
-    its fsync policy (acks=1 semantics); PROTOCOL.md has no acks field.
+    its fsync policy (acks=1 semantics); docs/protocol.md has no acks field.
     """
 
     def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,

@@ -11,8 +11,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from client.errors import IllegalStateError
-from client.types import Record, TopicPartition
+from groupwire.client.errors import IllegalStateError
+from groupwire.client.types import Record, TopicPartition
 
 __all__ = ["PartitionState", "SubscriptionState"]
 

@@ -25,7 +25,7 @@ __all__ = ["register"]
 
 def register(spark: SparkSession) -> None:
     """Make ``format("groupwire")`` available on ``spark`` (reads, streams and writes)."""
-    from pipeline.source import GroupwireDataSource
+    from groupwire.pipeline.source import GroupwireDataSource
 
     worker_python = getattr(spark.sparkContext, "pythonExec", None)
     if (worker_python not in (None, sys.executable)

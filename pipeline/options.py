@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from client.types import parse_bootstrap
-from pipeline.offsets import OffsetSpec, parse_offset_spec
+from groupwire.client.types import parse_bootstrap
+from groupwire.pipeline.offsets import OffsetSpec, parse_offset_spec
 
 DEFAULT_FETCH_MAX_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 30000

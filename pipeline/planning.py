@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import re
 
-from client.cluster import Cluster
-from client.errors import error_for
-from pipeline.offsets import EARLIEST, LATEST, Positions, TopicPartition
-from pipeline.options import SourceOptions
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.cluster import Cluster
+from groupwire.client.errors import error_for
+from groupwire.pipeline.offsets import EARLIEST, LATEST, Positions, TopicPartition
+from groupwire.pipeline.options import SourceOptions
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,

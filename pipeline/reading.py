@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from client.cluster import Cluster
-from pipeline.offsets import OffsetRange
-from pipeline.schema import arrow_schema, headers_type
-from protocol.batches import HEADER_SIZE, CorruptBatchError, iter_batch_spans
-from protocol.errors import ErrorCode
-from protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
+from groupwire.client.cluster import Cluster
+from groupwire.pipeline.offsets import OffsetRange
+from groupwire.pipeline.schema import arrow_schema, headers_type
+from groupwire.protocol.batches import HEADER_SIZE, CorruptBatchError, iter_batch_spans
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,11 +20,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pipeline.offsets import OffsetRange, resolve_spec, split_ranges
-from pipeline.options import OptionError, SourceOptions, parse_sink_options, parse_source_options
-from pipeline.planning import Planner
-from pipeline.reading import ReadTask, read_range
-from pipeline.schema import COLUMNS, SCHEMA_DDL, WRITE_COLUMNS
+from groupwire.pipeline.offsets import OffsetRange, resolve_spec, split_ranges
+from groupwire.pipeline.options import (
+    OptionError,
+    SourceOptions,
+    parse_sink_options,
+    parse_source_options,
+)
+from groupwire.pipeline.planning import Planner
+from groupwire.pipeline.reading import ReadTask, read_range
+from groupwire.pipeline.schema import COLUMNS, SCHEMA_DDL, WRITE_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,18 +75,18 @@ class GroupwireDataSource(DataSource):
         return BatchReader(parse_source_options(self.options, "batch"))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from pipeline.stream import StreamReader
+        from groupwire.pipeline.stream import StreamReader
 
         _check_read_schema(schema)
         return StreamReader(parse_source_options(self.options, "stream"))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from pipeline.writer import BatchWriter
+        from groupwire.pipeline.writer import BatchWriter
 
         return BatchWriter(parse_sink_options(self.options), _check_write_schema(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from pipeline.writer import StreamWriter
+        from groupwire.pipeline.writer import StreamWriter
 
         return StreamWriter(parse_sink_options(self.options), _check_write_schema(schema))
 

@@ -21,11 +21,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pipeline.offsets import Positions, cap, from_json, ranges_between, rate_limit, to_json
-from pipeline.options import SourceOptions
-from pipeline.planning import Planner
-from pipeline.reading import DataLossError
-from pipeline.source import read_partition, resolve_spec, tasks_for
+from groupwire.pipeline.offsets import (
+    Positions,
+    cap,
+    from_json,
+    ranges_between,
+    rate_limit,
+    to_json,
+)
+from groupwire.pipeline.options import SourceOptions
+from groupwire.pipeline.planning import Planner
+from groupwire.pipeline.reading import DataLossError
+from groupwire.pipeline.source import read_partition, resolve_spec, tasks_for
 
 log = logging.getLogger("groupwire.pipeline")
 

@@ -27,10 +27,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from client.producer import Producer
-from client.types import RecordMetadata
-from pipeline.options import SinkOptions
-from pipeline.reading import loop_factory
+from groupwire.client.producer import Producer
+from groupwire.client.types import RecordMetadata
+from groupwire.pipeline.options import SinkOptions
+from groupwire.pipeline.reading import loop_factory
 
 if TYPE_CHECKING:
     import pyarrow as pa

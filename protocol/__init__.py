@@ -4,8 +4,8 @@ Nothing here touches sockets, event loops or clocks. Codec functions are built l
 per message class, so importing the package stays cheap.
 """
 
-from protocol import messages
-from protocol.codec import (
+from groupwire.protocol import messages
+from groupwire.protocol.codec import (
     RequestFrame,
     decode_message,
     decode_request,
@@ -17,7 +17,7 @@ from protocol.codec import (
     encode_response,
     peek_response_correlation_id,
 )
-from protocol.consumer import (
+from groupwire.protocol.consumer import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
     ConsumerProtocolError,
@@ -27,7 +27,7 @@ from protocol.consumer import (
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import (
+from groupwire.protocol.errors import (
     BodyError,
     EnvelopeError,
     ErrorCode,
@@ -38,15 +38,15 @@ from protocol.errors import (
     RemoteProtocolError,
     UnsupportedVersionError,
 )
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
-from protocol.hashing import (
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from groupwire.protocol.hashing import (
     coordinator_partition,
     java_hashcode,
     kafka_abs,
     murmur2,
     partition_for_key,
 )
-from protocol.messages import ApiKey, Request, Response
+from groupwire.protocol.messages import ApiKey, Request, Response
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",

@@ -1,4 +1,4 @@
-"""Record batches (PROTOCOL.md §5): encode, check, patch and split them without I/O.
+"""Record batches (docs/protocol.md §5): encode, check, patch and split them without I/O.
 
 A batch is one msgpack value ``[header, records]`` whose 31-byte header has fixed widths,
 so the broker can check it and patch its base offset in place with ``struct`` alone. The
@@ -17,7 +17,7 @@ from typing import Final
 
 import msgpack
 
-from protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 
 HEADER_SIZE: Final = 31
 """Bytes before the records array: outer and header array markers plus five fixed fields."""

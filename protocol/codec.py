@@ -1,4 +1,4 @@
-"""One codec for every message: envelopes (PROTOCOL.md §2) and bodies driven by type hints.
+"""One codec for every message: envelopes (docs/protocol.md §2) and bodies driven by type hints.
 
 The dataclasses in :mod:`protocol.messages` are the schema. For each class the codec
 reads ``typing.get_type_hints(cls, include_extras=True)`` once, at first use, and
@@ -15,7 +15,7 @@ Decoding (requests and responses alike):
 - Errors name the path: ``topics[0].partitions[2].fetch_offset: expected long``.
 
 Encoding (fields in dataclass order, then one ``msgpack.packb``), chosen so that
-PROTOCOL.md §10 is reproduced byte for byte:
+docs/protocol.md §10 is reproduced byte for byte:
 
 - Requests: every field, except an optional field whose default is None while its value
   is None, which is omitted (the §10 JoinGroup body has 7 keys: no group_instance_id).
@@ -47,14 +47,14 @@ from typing import Any, Final, TypeVar, cast
 
 import msgpack
 
-from protocol.errors import (
+from groupwire.protocol.errors import (
     BodyError,
     EnvelopeError,
     InvalidRequestError,
     LocalProtocolError,
     UnsupportedVersionError,
 )
-from protocol.messages import (
+from groupwire.protocol.messages import (
     REQUEST_TYPES,
     SUPPORTED_VERSIONS,
     ApiKey,
@@ -63,7 +63,7 @@ from protocol.messages import (
     Request,
     Response,
 )
-from protocol.types import INT32_RANGE, IntRange
+from groupwire.protocol.types import INT32_RANGE, IntRange
 
 __all__ = [
     "HeartbeatFields",
@@ -130,7 +130,7 @@ class _FieldError(Exception):
 def _unpack(payload: bytes) -> Any:
     """Exactly one msgpack value, or EnvelopeError (bad bytes, bad UTF-8, trailing bytes).
 
-    Non-str map keys and ext values are let through: PROTOCOL.md §2 closes a connection
+    Non-str map keys and ext values are let through: docs/protocol.md §2 closes a connection
     only when the frame is not one value or the envelope is broken. In a body they are a
     mistyped field (INVALID_REQUEST naming its path) or, under an unknown key, ignored.
     """
@@ -528,7 +528,7 @@ def encode_request(
 
 
 def decode_request(payload: bytes) -> RequestFrame:
-    """Decode one request payload (PROTOCOL.md §2).
+    """Decode one request payload (docs/protocol.md §2).
 
     EnvelopeError: close the connection. UnsupportedVersionError / InvalidRequestError:
     answer with their ``code`` on their ``correlation_id``.
@@ -650,7 +650,7 @@ def pack_body(response: Response) -> bytes:
     return _pack(_class_encoder(type(response), _RESPONSE)(response))
 
 
-# [length prefix (PROTOCOL.md §1)], array(2) marker, the id in msgpack's smallest form
+# [length prefix (docs/protocol.md §1)], array(2) marker, the id in msgpack's smallest form
 _FIXINT: Final = struct.Struct(">BB")
 _UINT8: Final = struct.Struct(">BBB")
 _UINT16: Final = struct.Struct(">BBH")

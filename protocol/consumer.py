@@ -1,10 +1,10 @@
-"""The ``"consumer"`` protocol's subscription and assignment bins (PROTOCOL.md §6).
+"""The ``"consumer"`` protocol's subscription and assignment bins (docs/protocol.md §6).
 
 Clients encode these; the coordinator keeps them opaque except that, in ``"consumer"``
 groups, it decodes subscriptions (subscribed topics) and leaders' assignments (ownership
 fencing). Decoding is therefore strict about types, so a bin either yields well-typed
 values or raises :class:`ConsumerProtocolError` (the member is then treated as opaque),
-and it is lenient about what PROTOCOL.md §2 allows: unknown keys are ignored, absent or
+and it is lenient about what docs/protocol.md §2 allows: unknown keys are ignored, absent or
 nil optional keys take their default.
 
 An *empty* assignment bin (a member the leader left out) owns nothing; it is not a msgpack
@@ -18,7 +18,7 @@ from typing import Any, Final, NoReturn
 
 import msgpack
 
-from protocol.errors import LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",

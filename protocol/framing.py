@@ -1,4 +1,4 @@
-"""Length-prefixed frames (PROTOCOL.md §1): a 4-byte big-endian length, then the payload.
+"""Length-prefixed frames (docs/protocol.md §1): a 4-byte big-endian length, then the payload.
 
 :class:`FrameDecoder` is sans-I/O: it is fed whatever bytes arrived and hands back every
 complete payload. It checks each length as soon as the 4 header bytes are in, so an
@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from protocol.errors import FrameError, LocalProtocolError
+from groupwire.protocol.errors import FrameError, LocalProtocolError
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "HEADER_BYTES", "FrameDecoder", "frame"]
 

@@ -1,8 +1,8 @@
 """Kafka's hash functions, bit for bit, so placement matches what Kafka users expect.
 
-- Coordinator placement (PROTOCOL.md §9): Java ``String.hashCode`` of the group id, then
+- Coordinator placement (docs/protocol.md §9): Java ``String.hashCode`` of the group id, then
   Kafka's ``Utils.abs`` (which maps ``-2**31`` to 0) modulo the offsets partitions.
-- Keyed records (PROTOCOL.md §5.1): Kafka's ``Utils.murmur2`` with its seed, then the
+- Keyed records (docs/protocol.md §5.1): Kafka's ``Utils.murmur2`` with its seed, then the
   default partitioner's ``toPositive(hash) % partitions``.
 
 Python ints do not wrap, so every step is masked to 32 bits and the result is read back

@@ -1,8 +1,8 @@
-"""One frozen dataclass per request and response of PROTOCOL.md §4.
+"""One frozen dataclass per request and response of docs/protocol.md §4.
 
-Field names and order follow PROTOCOL.md. The codec (``protocol.codec``) walks these
+Field names and order follow docs/protocol.md. The codec (``protocol.codec``) walks these
 classes' type hints, so the classes *are* the schema: a required request field has no
-default; an optional one has PROTOCOL.md's default. Response fields default to what a
+default; an optional one has docs/protocol.md's default. Response fields default to what a
 decoder fills in for an absent field (``[]``, ``-1``, ``""``, ``b""``, ``False``, or
 ``None`` when nullable), so an error response can be built from the error pair alone.
 """
@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar, dataclass_transform
 
-from protocol.types import Int32, Int64, TopicPartitions
+from groupwire.protocol.types import Int32, Int64, TopicPartitions
 
 _T = TypeVar("_T")
 
@@ -245,7 +245,7 @@ class FetchTopic:
 
 @_msg
 class FetchGroup:
-    """Group context of a fetch (ext, PROTOCOL.md §7.2): enables ownership fencing."""
+    """Group context of a fetch (ext, docs/protocol.md §7.2): enables ownership fencing."""
 
     group_id: str
     member_id: str
@@ -570,7 +570,7 @@ class DescribedGroupMember:
 
 @_msg
 class Rebalance:
-    """One rebalance of a group's history (ext, PROTOCOL.md §7.4)."""
+    """One rebalance of a group's history (ext, docs/protocol.md §7.4)."""
 
     generation_id: Int32 | None = None
     reason: str = ""
@@ -669,7 +669,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
     )
 }
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}
-"""Every API has version 0 only (PROTOCOL.md §3)."""
+"""Every API has version 0 only (docs/protocol.md §3)."""
 
 
 def response_type_for(request: Request) -> type[Response]:

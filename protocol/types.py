@@ -27,10 +27,10 @@ INT32_RANGE: Final = IntRange("int", 32)
 INT64_RANGE: Final = IntRange("long", 64)
 
 Int32 = Annotated[int, INT32_RANGE]
-"""PROTOCOL.md's ``int``: signed 32-bit."""
+"""docs/protocol.md's ``int``: signed 32-bit."""
 
 Int64 = Annotated[int, INT64_RANGE]
-"""PROTOCOL.md's ``long``: signed 64-bit."""
+"""docs/protocol.md's ``long``: signed 64-bit."""
 
 TopicPartitions = list[tuple[str, list[Int32]]]
 """``[[topic, [partition, ...]], ...]``, the compact form used by events and history."""

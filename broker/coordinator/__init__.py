@@ -5,11 +5,17 @@
 records, events) that the asyncio shell executes. No clock, no sockets, no asyncio here.
 """
 
-from broker.coordinator.config import CoordinatorConfig
-from broker.coordinator.coordinator import Coordinator
-from broker.coordinator.events import GroupEvent
-from broker.coordinator.outputs import EMPTY_RESULT, FetchCheck, Reply, RequestContext, Result
-from broker.coordinator.records import (
+from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.coordinator.coordinator import Coordinator
+from groupwire.broker.coordinator.events import GroupEvent
+from groupwire.broker.coordinator.outputs import (
+    EMPTY_RESULT,
+    FetchCheck,
+    Reply,
+    RequestContext,
+    Result,
+)
+from groupwire.broker.coordinator.records import (
     GroupDeleteRecord,
     GroupMetadataRecord,
     GroupRecord,
@@ -18,8 +24,8 @@ from broker.coordinator.records import (
     OffsetDeleteRecord,
     record_from_kv,
 )
-from broker.coordinator.state import GroupState
-from broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp, TimerQueue
+from groupwire.broker.coordinator.state import GroupState
+from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp, TimerQueue
 
 __all__ = [
     "EMPTY_RESULT",

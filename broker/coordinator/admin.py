@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from broker.coordinator.engine import Engine
-from broker.coordinator.events import DELETE_GROUPS
-from broker.coordinator.group import Group
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.state import BY_NAME_LOWER, DEAD, EMPTY, STABLE
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.events import DELETE_GROUPS
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.state import BY_NAME_LOWER, DEAD, EMPTY, STABLE
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,

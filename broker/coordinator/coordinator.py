@@ -8,26 +8,26 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from broker.coordinator import expiry, loading
-from broker.coordinator.admin import handle_delete, handle_describe, handle_list
-from broker.coordinator.config import CoordinatorConfig
-from broker.coordinator.engine import Engine
-from broker.coordinator.fencing import not_owned
-from broker.coordinator.heartbeat import handle_heartbeat, renew
-from broker.coordinator.history import Cause
-from broker.coordinator.join import handle_join
-from broker.coordinator.leave import handle_leave
-from broker.coordinator.member import NO_PARTITIONS
-from broker.coordinator.offsets import CommittedOffset
-from broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
-from broker.coordinator.outputs import FetchCheck, RequestContext, Result
-from broker.coordinator.records import GroupRecord
-from broker.coordinator.state import DEAD, STABLE, GroupState
-from broker.coordinator.sync import handle_sync
-from broker.coordinator.timers import TimerKey
-from protocol.codec import HeartbeatFields
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator import expiry, loading
+from groupwire.broker.coordinator.admin import handle_delete, handle_describe, handle_list
+from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.fencing import not_owned
+from groupwire.broker.coordinator.heartbeat import handle_heartbeat, renew
+from groupwire.broker.coordinator.history import Cause
+from groupwire.broker.coordinator.join import handle_join
+from groupwire.broker.coordinator.leave import handle_leave
+from groupwire.broker.coordinator.member import NO_PARTITIONS
+from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
+from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
+from groupwire.broker.coordinator.records import GroupRecord
+from groupwire.broker.coordinator.state import DEAD, STABLE, GroupState
+from groupwire.broker.coordinator.sync import handle_sync
+from groupwire.broker.coordinator.timers import TimerKey
+from groupwire.protocol.codec import HeartbeatFields
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     FetchGroup,
@@ -52,7 +52,7 @@ def _uuid_hex() -> str:
 
 
 class Coordinator:
-    """Kafka's classic group coordinator plus PROTOCOL.md §7's extensions.
+    """Kafka's classic group coordinator plus docs/protocol.md §7's extensions.
 
     Deterministic where Kafka is not: a leader that leaves hands over to the earliest
     remaining member; at the end of a join phase a leader that did not re-join is replaced
@@ -118,7 +118,7 @@ class Coordinator:
 
     def check_fetch(self, group: FetchGroup,
                     partitions: Iterable[tuple[str, int]]) -> FetchCheck:
-        """Ownership fencing of a Fetch with group context (PROTOCOL.md §7.2)."""
+        """Ownership fencing of a Fetch with group context (docs/protocol.md §7.2)."""
         if not self.config.ownership_fencing:
             return FETCH_OK
         g = self._engine.groups.get(group.group_id)

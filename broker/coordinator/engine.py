@@ -11,22 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from broker.coordinator.config import CoordinatorConfig
-from broker.coordinator.events import EventType, GroupEvent
-from broker.coordinator.fencing import owner_map
-from broker.coordinator.group import Group
-from broker.coordinator.history import Cause, group_partitions
-from broker.coordinator.member import Member
-from broker.coordinator.offsets import OffsetStore
-from broker.coordinator.outputs import Outputs
-from broker.coordinator.parking import HEARTBEAT, JOIN, SYNC, Address, Kind, Parking
-from broker.coordinator.records import (
+from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.coordinator.events import EventType, GroupEvent
+from groupwire.broker.coordinator.fencing import owner_map
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import Cause, group_partitions
+from groupwire.broker.coordinator.member import Member
+from groupwire.broker.coordinator.offsets import OffsetStore
+from groupwire.broker.coordinator.outputs import Outputs
+from groupwire.broker.coordinator.parking import HEARTBEAT, JOIN, SYNC, Address, Kind, Parking
+from groupwire.broker.coordinator.records import (
     GroupDeleteRecord,
     GroupMetadataRecord,
     MemberRecord,
     OffsetDeleteRecord,
 )
-from broker.coordinator.state import (
+from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
@@ -34,9 +34,9 @@ from broker.coordinator.state import (
     STABLE,
     GroupState,
 )
-from broker.coordinator.timers import session_key, sync_key
-from protocol.errors import ErrorCode
-from protocol.messages import HeartbeatResponse, JoinGroupResponse, SyncGroupResponse
+from groupwire.broker.coordinator.timers import session_key, sync_key
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import HeartbeatResponse, JoinGroupResponse, SyncGroupResponse
 
 MAX_REASON_CHARS: Final = 255
 
@@ -46,7 +46,7 @@ _HEARTBEAT_RESPONSES: Final[dict[ErrorCode, HeartbeatResponse]] = {
 
 
 def cut_reason(reason: str | None) -> str | None:
-    """Client-supplied reasons are cut to 255 characters (PROTOCOL.md §4)."""
+    """Client-supplied reasons are cut to 255 characters (docs/protocol.md §4)."""
     if reason is None or len(reason) <= MAX_REASON_CHARS:
         return reason
     return reason[:MAX_REASON_CHARS]

@@ -1,4 +1,4 @@
-"""Group events (PROTOCOL.md §9): what happened to a group, for logs, metrics and
+"""Group events (docs/protocol.md §9): what happened to a group, for logs, metrics and
 ``__group_events``. Events never delay replies; the shell writes them best effort."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-from protocol.types import TopicPartitions
+from groupwire.protocol.types import TopicPartitions
 
 EventType = Literal[
     "member_joined",

@@ -1,5 +1,5 @@
 """Inputs that are not requests: timers firing (session, join, sync, long poll, retention)
-and connections closing (PROTOCOL.md §7.4).
+and connections closing (docs/protocol.md §7.4).
 
 Every handler re-checks the deadline it recorded, so a key fired late, twice, or after it
 was superseded within one batch of due timers is harmless.
@@ -7,16 +7,22 @@ was superseded within one batch of due timers is harmless.
 
 from __future__ import annotations
 
-from broker.coordinator.engine import Engine, heartbeat_response
-from broker.coordinator.events import CONNECTION_LOST, OFFSETS_EXPIRED, SESSION_EXPIRED
-from broker.coordinator.group import Group
-from broker.coordinator.history import SYNC_TIMEOUT, Cause
-from broker.coordinator.member import Member
-from broker.coordinator.offsets import expired_offsets
-from broker.coordinator.parking import HEARTBEAT
-from broker.coordinator.records import OffsetDeleteRecord
-from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from broker.coordinator.timers import (
+from groupwire.broker.coordinator.engine import Engine, heartbeat_response
+from groupwire.broker.coordinator.events import CONNECTION_LOST, OFFSETS_EXPIRED, SESSION_EXPIRED
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import SYNC_TIMEOUT, Cause
+from groupwire.broker.coordinator.member import Member
+from groupwire.broker.coordinator.offsets import expired_offsets
+from groupwire.broker.coordinator.parking import HEARTBEAT
+from groupwire.broker.coordinator.records import OffsetDeleteRecord
+from groupwire.broker.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+)
+from groupwire.broker.coordinator.timers import (
     HBWAIT,
     JOIN,
     RETENTION,
@@ -27,7 +33,7 @@ from broker.coordinator.timers import (
     session_key,
     sync_key,
 )
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
 
 
 def expire(engine: Engine, key: TimerKey, now_ms: int) -> None:
@@ -129,7 +135,7 @@ def expire_pending_sync(engine: Engine, group_id: str, generation: str, now_ms: 
     engine.prepare_rebalance(group, now_ms, Cause(SYNC_TIMEOUT, detail, late[0].member_id))
 
 
-# --- heartbeat long poll (PROTOCOL.md §7.3) -----------------------------------------------
+# --- heartbeat long poll (docs/protocol.md §7.3) -----------------------------------------------
 
 
 def expire_long_poll(engine: Engine, key: TimerKey) -> None:
@@ -143,7 +149,7 @@ def expire_long_poll(engine: Engine, key: TimerKey) -> None:
                          heartbeat_response(ErrorCode.NONE))
 
 
-# --- connection loss (PROTOCOL.md §7.4) ---------------------------------------------------
+# --- connection loss (docs/protocol.md §7.4) ---------------------------------------------------
 
 
 def connection_closed(engine: Engine, conn_id: int, now_ms: int) -> None:

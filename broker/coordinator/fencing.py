@@ -1,4 +1,4 @@
-"""Ownership fencing (PROTOCOL.md §7.2): who owns which partition in ``"consumer"`` groups.
+"""Ownership fencing (docs/protocol.md §7.2): who owns which partition in ``"consumer"`` groups.
 
 ``owned(M)`` comes from the assignments a leader's SyncGroup installs; ``releasing(M)`` is
 what M owned before an install that nobody owns after (cooperative withheld partitions).
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from broker.coordinator.group import Group
-from broker.coordinator.history import Owners
-from broker.coordinator.member import NO_PARTITIONS, TP, Member
-from protocol.consumer import ConsumerProtocolError, decode_assignment
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import Owners
+from groupwire.broker.coordinator.member import NO_PARTITIONS, TP, Member
+from groupwire.protocol.consumer import ConsumerProtocolError, decode_assignment
 
 # Many groups consuming one topic hand their members the same assignments: the bytes and
 # the decoded set are kept once and shared. Bounded, forgotten wholesale when full (that

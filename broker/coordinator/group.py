@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from typing import Final
 
-from broker.coordinator.history import Owners, RebalanceHistory
-from broker.coordinator.member import Member, Protocols
-from broker.coordinator.state import CAN_REBALANCE, EMPTY, GroupState, check_transition
-from broker.coordinator.timers import TimerKey, join_key
-from protocol.consumer import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_subscription
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponseMember
+from groupwire.broker.coordinator.history import Owners, RebalanceHistory
+from groupwire.broker.coordinator.member import Member, Protocols
+from groupwire.broker.coordinator.state import CAN_REBALANCE, EMPTY, GroupState, check_transition
+from groupwire.broker.coordinator.timers import TimerKey, join_key
+from groupwire.protocol.consumer import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_subscription,
+)
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import JoinGroupResponseMember
 
 NONE: Final = ErrorCode.NONE
 UNKNOWN_MEMBER_ID: Final = ErrorCode.UNKNOWN_MEMBER_ID

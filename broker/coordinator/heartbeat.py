@@ -1,4 +1,4 @@
-"""Heartbeat (reference §6) with the poll-interval check (PROTOCOL.md §7.1) and the long
+"""Heartbeat (reference §6) with the poll-interval check (docs/protocol.md §7.1) and the long
 poll (§7.3).
 
 The hot path is :func:`renew`: a heartbeat that is answered NONE at once and changes
@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from typing import Final
 
-from broker.coordinator.engine import Engine, heartbeat_response
-from broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.parking import HEARTBEAT, Address
-from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
-from broker.coordinator.timers import hbwait_key
-from protocol.codec import HeartbeatFields
-from protocol.errors import ErrorCode
-from protocol.messages import HeartbeatRequest, HeartbeatResponse
+from groupwire.broker.coordinator.engine import Engine, heartbeat_response
+from groupwire.broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.parking import HEARTBEAT, Address
+from groupwire.broker.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    PREPARING_REBALANCE,
+    STABLE,
+)
+from groupwire.broker.coordinator.timers import hbwait_key
+from groupwire.protocol.codec import HeartbeatFields
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 NONE: Final = ErrorCode.NONE
 POLL_EXPIRED_RESPONSE: Final = HeartbeatResponse(

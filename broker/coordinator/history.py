@@ -1,4 +1,4 @@
-"""Rebalance history (PROTOCOL.md §7.4): why each rebalance started, how long it took,
+"""Rebalance history (docs/protocol.md §7.4): why each rebalance started, how long it took,
 which partitions changed owner. Kept in memory, the last ``history_size`` per group."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final
 
-from protocol.messages import Rebalance
-from protocol.types import TopicPartitions
+from groupwire.protocol.messages import Rebalance
+from groupwire.protocol.types import TopicPartitions
 
 # reason tokens (§7.4)
 MEMBER_JOINED: Final = "member-joined"

@@ -6,22 +6,27 @@ from __future__ import annotations
 import sys
 from typing import Final
 
-from broker.coordinator.engine import Engine, cut_reason, new_group_record
-from broker.coordinator.group import Group
-from broker.coordinator.history import MEMBER_JOINED, MEMBER_REJOINED, STATIC_MEMBER_REPLACED, Cause
-from broker.coordinator.member import Member, Protocols
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.parking import JOIN
-from broker.coordinator.state import (
+from groupwire.broker.coordinator.engine import Engine, cut_reason, new_group_record
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import (
+    MEMBER_JOINED,
+    MEMBER_REJOINED,
+    STATIC_MEMBER_REPLACED,
+    Cause,
+)
+from groupwire.broker.coordinator.member import Member, Protocols
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.parking import JOIN
+from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
 )
-from broker.coordinator.timers import session_key
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupRequest, JoinGroupResponse
+from groupwire.broker.coordinator.timers import session_key
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 NONE: Final = ErrorCode.NONE
 

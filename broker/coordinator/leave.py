@@ -3,14 +3,19 @@ successful removal (pending ids included) moves the group on, as in Kafka."""
 
 from __future__ import annotations
 
-from broker.coordinator.engine import Engine, cut_reason
-from broker.coordinator.group import Group
-from broker.coordinator.history import MEMBER_LEFT, Cause
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, PREPARING_REBALANCE, STABLE
-from broker.coordinator.timers import session_key
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator.engine import Engine, cut_reason
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import MEMBER_LEFT, Cause
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    PREPARING_REBALANCE,
+    STABLE,
+)
+from groupwire.broker.coordinator.timers import session_key
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     LeaveGroupMemberResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker.coordinator.engine import Engine
-from broker.coordinator.fencing import owner_map, restore_ownership
-from broker.coordinator.group import Group
-from broker.coordinator.member import Member
-from broker.coordinator.offsets import CommittedOffset
-from broker.coordinator.records import (
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.fencing import owner_map, restore_ownership
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.member import Member
+from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.records import (
     GroupDeleteRecord,
     GroupMetadataRecord,
     GroupRecord,
     OffsetCommitRecord,
     OffsetDeleteRecord,
 )
-from broker.coordinator.state import COMPLETING_REBALANCE, EMPTY, STABLE
-from broker.coordinator.timers import RETENTION_KEY
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, EMPTY, STABLE
+from groupwire.broker.coordinator.timers import RETENTION_KEY
 
 
 def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from broker.coordinator.timers import TimerKey, session_key
+from groupwire.broker.coordinator.timers import TimerKey, session_key
 
 Protocols = tuple[tuple[str, bytes], ...]
 """``((name, metadata), ...)`` in the member's order of preference."""
@@ -16,7 +16,7 @@ NO_PARTITIONS: Final[frozenset[TP]] = frozenset()
 class Member:
     """Metadata only: where its parked requests are is the coordinator's business.
 
-    ``owned`` is the member's partitions from the last applied assignment (PROTOCOL.md
+    ``owned`` is the member's partitions from the last applied assignment (docs/protocol.md
     §7.2), ``None`` when its assignment could not be decoded (an *opaque* member).
     ``session_deadline`` is when its armed session timer fires, ``None`` while none
     runs (a member parked in JoinGroup/SyncGroup whose timer fired is "satisfied" and

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.coordinator.group import Group
-from broker.coordinator.member import TP
-from broker.coordinator.state import EMPTY, STABLE
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.member import TP
+from groupwire.broker.coordinator.state import EMPTY, STABLE
 
 
 @dataclass(frozen=True, slots=True)

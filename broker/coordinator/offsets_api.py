@@ -1,18 +1,24 @@
-"""OffsetCommit (reference §10.1 + ownership fencing, PROTOCOL.md §7.2) and OffsetFetch."""
+"""OffsetCommit (reference §10.1 + ownership fencing, docs/protocol.md §7.2) and OffsetFetch."""
 
 from __future__ import annotations
 
-from broker.coordinator.engine import Engine
-from broker.coordinator.fencing import not_owned
-from broker.coordinator.group import Group
-from broker.coordinator.history import group_partitions
-from broker.coordinator.member import TP, Member
-from broker.coordinator.offsets import CommittedOffset
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.records import OffsetCommitRecord
-from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.fencing import not_owned
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import group_partitions
+from groupwire.broker.coordinator.member import TP, Member
+from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.records import OffsetCommitRecord
+from groupwire.broker.coordinator.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+)
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,

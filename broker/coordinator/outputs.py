@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.coordinator.events import GroupEvent
-from broker.coordinator.records import GroupRecord
-from broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp
-from protocol.errors import ErrorCode
-from protocol.messages import Response
+from groupwire.broker.coordinator.events import GroupEvent
+from groupwire.broker.coordinator.records import GroupRecord
+from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import Response
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ EMPTY_RESULT = Result()
 
 @dataclass(frozen=True, slots=True)
 class FetchCheck:
-    """Verdict on a fenced Fetch (PROTOCOL.md §7.2): a top-level error, or the refused set."""
+    """Verdict on a fenced Fetch (docs/protocol.md §7.2): a top-level error, or the refused set."""
 
     error_code: ErrorCode
     not_owned: frozenset[tuple[str, int]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from broker.coordinator.timers import TimerKey
+from groupwire.broker.coordinator.timers import TimerKey
 
 Kind = Literal["join", "sync", "heartbeat"]
 JOIN: Final = "join"

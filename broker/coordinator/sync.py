@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from broker.coordinator.engine import Engine
-from broker.coordinator.fencing import install_ownership, shared_assignment
-from broker.coordinator.group import Group
-from broker.coordinator.outputs import RequestContext
-from broker.coordinator.parking import SYNC, Address
-from broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE
-from protocol.errors import ErrorCode
-from protocol.messages import SyncGroupRequest, SyncGroupResponse
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.fencing import install_ownership, shared_assignment
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.parking import SYNC, Address
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import SyncGroupRequest, SyncGroupResponse
 
 
 def handle_sync(engine: Engine, ctx: RequestContext, req: SyncGroupRequest, now_ms: int) -> None:

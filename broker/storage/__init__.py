@@ -4,8 +4,8 @@ Plain synchronous file I/O, called from the broker's event loop; only
 :meth:`FlushTicket.sync` is meant to run on another thread.
 """
 
-from broker.storage.config import FsyncPolicy, StorageConfig
-from broker.storage.errors import (
+from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
+from groupwire.broker.storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -13,12 +13,12 @@ from broker.storage.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker.storage.fileops import FileOps
-from broker.storage.flush import FlushTicket
-from broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC
-from broker.storage.partition_log import PartitionLog
-from broker.storage.recovery import RecoveryReport
-from broker.storage.topic_store import TopicStore
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.flush import FlushTicket
+from groupwire.broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC
+from groupwire.broker.storage.partition_log import PartitionLog
+from groupwire.broker.storage.recovery import RecoveryReport
+from groupwire.broker.storage.topic_store import TopicStore
 
 __all__ = [
     "EVENTS_TOPIC",

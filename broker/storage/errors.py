@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
 
 
 class StorageError(Exception):

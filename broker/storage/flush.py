@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.fileops import FileOps
+from groupwire.broker.storage.fileops import FileOps
 
 
 @dataclass(eq=False, slots=True)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from broker.storage.errors import InvalidTopicError, StorageError
+from groupwire.broker.storage.errors import InvalidTopicError, StorageError
 
 META_FILE: Final = "meta.json"
 META_FORMAT: Final = 1

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from broker.storage.config import FsyncPolicy, StorageConfig
-from broker.storage.errors import CorruptLogError, OffsetOutOfRangeError, StorageError
-from broker.storage.fileops import FileOps
-from broker.storage.flush import FlushItem, FlushTicket
-from broker.storage.recovery import RecoveryReport, open_segments
-from broker.storage.segment import Segment
-from protocol.batches import (
+from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
+from groupwire.broker.storage.errors import CorruptLogError, OffsetOutOfRangeError, StorageError
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.flush import FlushItem, FlushTicket
+from groupwire.broker.storage.recovery import RecoveryReport, open_segments
+from groupwire.broker.storage.segment import Segment
+from groupwire.protocol.batches import (
     MIN_BATCH_SIZE,
     BatchHeader,
     CorruptBatchError,

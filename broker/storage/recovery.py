@@ -12,9 +12,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from broker.storage.errors import StorageError
-from broker.storage.fileops import FileOps
-from broker.storage.segment import Segment, parse_segment_name
+from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.segment import Segment, parse_segment_name
 
 
 @dataclass(frozen=True, slots=True)

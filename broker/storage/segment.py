@@ -18,9 +18,9 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Final
 
-from broker.storage.errors import StorageError
-from broker.storage.fileops import FileOps
-from protocol.batches import (
+from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.protocol.batches import (
     BatchHeader,
     CorruptBatchError,
     batch_crc,

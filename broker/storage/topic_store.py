@@ -21,17 +21,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from broker.storage.config import StorageConfig
-from broker.storage.errors import (
+from groupwire.broker.storage.config import StorageConfig
+from groupwire.broker.storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker.storage.fileops import FileOps
-from broker.storage.flush import FlushItem, FlushTicket
-from broker.storage.metadata import (
+from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.flush import FlushItem, FlushTicket
+from groupwire.broker.storage.metadata import (
     EVENTS_TOPIC,
     INTERNAL_TOPICS,
     META_FILE,
@@ -39,9 +39,9 @@ from broker.storage.metadata import (
     StoreMeta,
     check_topic_name,
 )
-from broker.storage.partition_log import PartitionLog
-from broker.storage.recovery import RecoveryReport
-from protocol.batches import BatchRecord, DecodedRecord, encode_batch, read_header
+from groupwire.broker.storage.partition_log import PartitionLog
+from groupwire.broker.storage.recovery import RecoveryReport
+from groupwire.protocol.batches import BatchRecord, DecodedRecord, encode_batch, read_header
 
 CLEAN_MARKER: Final = "clean_shutdown"
 LOCK_FILE: Final = ".lock"

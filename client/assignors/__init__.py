@@ -1,7 +1,7 @@
 """Partition assignors the group leader runs (reference §16): range, roundrobin, sticky and
 cooperative-sticky. Sans-I/O: plain functions of partition counts and subscriptions."""
 
-from client.assignors.base import (
+from groupwire.client.assignors.base import (
     COOPERATIVE,
     EAGER,
     Assignment,
@@ -9,17 +9,17 @@ from client.assignors.base import (
     RebalanceProtocol,
     Subscription,
 )
-from client.assignors.cooperative import CooperativeStickyAssignor
-from client.assignors.range import RangeAssignor
-from client.assignors.registry import (
+from groupwire.client.assignors.cooperative import CooperativeStickyAssignor
+from groupwire.client.assignors.range import RangeAssignor
+from groupwire.client.assignors.registry import (
     ASSIGNORS,
     get_assignor,
     rebalance_protocol_for,
     supported_protocols,
     user_data_for,
 )
-from client.assignors.roundrobin import RoundRobinAssignor
-from client.assignors.sticky import StickyAssignor
+from groupwire.client.assignors.roundrobin import RoundRobinAssignor
+from groupwire.client.assignors.sticky import StickyAssignor
 
 __all__ = [
     "ASSIGNORS",

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
-from client.types import TopicPartition
+from groupwire.client.types import TopicPartition
 
 __all__ = [
     "COOPERATIVE",

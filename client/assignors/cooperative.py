@@ -11,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
-from client.assignors.base import COOPERATIVE, EAGER, Assignment, RebalanceProtocol, Subscription
-from client.assignors.ownership import Claim
-from client.assignors.sticky_core import sticky_assign
+from groupwire.client.assignors.base import (
+    COOPERATIVE,
+    EAGER,
+    Assignment,
+    RebalanceProtocol,
+    Subscription,
+)
+from groupwire.client.assignors.ownership import Claim
+from groupwire.client.assignors.sticky_core import sticky_assign
 
 __all__ = ["CooperativeStickyAssignor"]
 

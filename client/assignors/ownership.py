@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from client.assignors.base import partition_exists
-from client.types import TopicPartition
+from groupwire.client.assignors.base import partition_exists
+from groupwire.client.types import TopicPartition
 
 __all__ = ["Claim", "Ownership", "resolve_ownership"]
 

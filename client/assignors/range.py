@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
-from client.assignors.base import (
+from groupwire.client.assignors.base import (
     EAGER,
     Assignment,
     RebalanceProtocol,
@@ -13,7 +13,7 @@ from client.assignors.base import (
     empty_assignment,
     member_order,
 )
-from client.types import TopicPartition
+from groupwire.client.types import TopicPartition
 
 __all__ = ["RangeAssignor"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Final
 
-from client.assignors.base import COOPERATIVE, EAGER, PartitionAssignor, RebalanceProtocol
-from client.assignors.cooperative import CooperativeStickyAssignor
-from client.assignors.range import RangeAssignor
-from client.assignors.roundrobin import RoundRobinAssignor
-from client.assignors.sticky import StickyAssignor
-from client.types import TopicPartition
+from groupwire.client.assignors.base import COOPERATIVE, EAGER, PartitionAssignor, RebalanceProtocol
+from groupwire.client.assignors.cooperative import CooperativeStickyAssignor
+from groupwire.client.assignors.range import RangeAssignor
+from groupwire.client.assignors.roundrobin import RoundRobinAssignor
+from groupwire.client.assignors.sticky import StickyAssignor
+from groupwire.client.types import TopicPartition
 
 __all__ = [
     "ASSIGNORS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, Final
 
-from client.assignors.base import (
+from groupwire.client.assignors.base import (
     EAGER,
     Assignment,
     RebalanceProtocol,

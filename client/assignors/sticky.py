@@ -13,10 +13,16 @@ from typing import Any, ClassVar, Final
 
 import msgpack
 
-from client.assignors.base import EAGER, NO_GENERATION, Assignment, RebalanceProtocol, Subscription
-from client.assignors.ownership import Claim
-from client.assignors.sticky_core import sticky_assign
-from client.types import TopicPartition
+from groupwire.client.assignors.base import (
+    EAGER,
+    NO_GENERATION,
+    Assignment,
+    RebalanceProtocol,
+    Subscription,
+)
+from groupwire.client.assignors.ownership import Claim
+from groupwire.client.assignors.sticky_core import sticky_assign
+from groupwire.client.types import TopicPartition
 
 __all__ = ["StickyAssignor", "decode_sticky_user_data", "encode_sticky_user_data"]
 

@@ -19,9 +19,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from client.assignors.base import Assignment, Subscription, empty_assignment, sorted_partitions
-from client.assignors.ownership import Claim, Ownership, resolve_ownership
-from client.types import TopicPartition
+from groupwire.client.assignors.base import (
+    Assignment,
+    Subscription,
+    empty_assignment,
+    sorted_partitions,
+)
+from groupwire.client.assignors.ownership import Claim, Ownership, resolve_ownership
+from groupwire.client.types import TopicPartition
 
 __all__ = ["StickyResult", "sticky_assign"]
 

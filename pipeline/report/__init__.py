@@ -1,2 +1,3 @@
 """The rebalance report: ``__group_events`` read through the ``groupwire`` data source,
-turned into Parquet tables and a self-contained HTML page (``python -m pipeline.report``)."""
+turned into Parquet tables and a self-contained HTML page
+(``python -m groupwire.pipeline.report``)."""

@@ -1,8 +1,8 @@
-"""``python -m pipeline.report`` (and ``spark-submit .../pipeline/report/__main__.py``)."""
+"""``python -m groupwire.pipeline.report``, or ``spark-submit`` of this file."""
 
 import sys
 
-from pipeline.report.job import main
+from groupwire.pipeline.report.job import main
 
 if __name__ == "__main__":
     sys.exit(main())

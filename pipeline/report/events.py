@@ -1,4 +1,4 @@
-"""``__group_events`` values (PROTOCOL.md §9) as typed rows.
+"""``__group_events`` values (docs/protocol.md §9) as typed rows.
 
 Pure: no Spark, no I/O, so the decoding rules are unit-tested on their own and the same
 function runs inside Spark's Python workers. A value that is not a §9 map becomes a row of

@@ -1,4 +1,4 @@
-"""The rebalance-report Spark job: ``python -m pipeline.report --bootstrap H:P --out DIR``.
+"""The rebalance-report Spark job: ``python -m groupwire.pipeline.report --bootstrap H:P``.
 
 Reads ``__group_events`` through the ``groupwire`` data source, writes the Parquet tables
 (``events``, ``rebalances``, ``member_sessions``, ``partition_ownership``) and
@@ -106,7 +106,7 @@ def spark_session(master: str | None) -> SparkSession:
 
 def read_events(spark: SparkSession, bootstrap: str) -> DataFrame:
     """All of ``__group_events`` (one partition, §9) through the ``groupwire`` source."""
-    import pipeline
+    from groupwire import pipeline
 
     pipeline.register(spark)
     return (spark.read.format("groupwire").option("bootstrap", bootstrap)
@@ -119,8 +119,8 @@ def build_report(spark: SparkSession, records: DataFrame, opts: ReportOptions,
     """Decode, tabulate and write everything under ``opts.out`` from Kafka-schema records."""
     from pyspark.sql import functions as F
 
-    from pipeline.report import page, tables
-    from pipeline.report.events import UNDECODABLE
+    from groupwire.pipeline.report import page, tables
+    from groupwire.pipeline.report.events import UNDECODABLE
 
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +193,7 @@ def run_report(opts: ReportOptions, progress: Progress = lambda _: None) -> Repo
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pipeline.report",
+        prog="python -m groupwire.pipeline.report",
         description="Build the rebalance report (Parquet tables and report.html) from "
                     "__group_events.")
     add_arguments(p, default_master=None)

@@ -1,7 +1,7 @@
 """Who owned each partition when, and how long it had no owner, from one group's events.
 
 Pure and sequential (one group's events in log order), so Spark runs it per group and the
-unit tests run it on hand-written events. The view is the broker's (PROTOCOL.md §7.2): a
+unit tests run it on hand-written events. The view is the broker's (docs/protocol.md §7.2): a
 member owns what the last applied SyncGroup gave it until it is removed. A partition is
 *without owner* from the moment the broker learned its owner was gone (the
 ``connection_lost`` of a member later expired for ``connection-lost``, else the removal
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pipeline.report.events import (
+from groupwire.pipeline.report.events import (
     CONNECTION_LOST,
     GROUP_DELETED,
     GROUP_EMPTIED,

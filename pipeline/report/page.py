@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any, Final
 
-from pipeline.report.svg import Bar, bar_rows_chart, column_chart, nice_step, stack
+from groupwire.pipeline.report.svg import Bar, bar_rows_chart, column_chart, nice_step, stack
 
 Row = Mapping[str, Any]
 

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.report.events import (
+from groupwire.pipeline.report.events import (
     COMMIT_FENCED,
     CONNECTION_LOST,
     KNOWN_TYPES,
@@ -38,7 +38,7 @@ from pipeline.report.events import (
     decode_or_mark,
     event_from_record,
 )
-from pipeline.report.ownership import UNOWNED, ownership_intervals
+from groupwire.pipeline.report.ownership import UNOWNED, ownership_intervals
 
 PARTITIONS_TYPE = ArrayType(StructType([
     StructField("topic", StringType(), False),

@@ -21,7 +21,6 @@ import pytest
 
 from bench import run as runner
 from bench.common import Figure, bench_main, check_goal, with_goal
-from broker import bench_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 240
@@ -164,23 +163,3 @@ def test_runner_keeps_the_latest_run_of_each_bench(tmp_path: Path,
     assert "(`heartbeat`)" not in md  # its only run failed: no figures to show
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "2026-01-01.jsonl", "2026-01-02.jsonl"]
-
-
-def test_groupwire_bench_finds_the_checkout_and_refuses_unknown_names(
-        tmp_path: Path) -> None:
-    bench_dir = bench_cli.find_bench_dir(tmp_path)
-    assert bench_dir == REPO / "bench"
-    assert bench_cli.bench_command("all", ["--smoke"], bench_dir)[1:] == [
-        "-m", "bench.run", "--smoke"]
-    assert bench_cli.bench_command("memory", [], bench_dir)[1:] == ["-m", "bench.memory"]
-    with pytest.raises(bench_cli.BenchNotFoundError, match="unknown benchmark 'nope'"):
-        bench_cli.bench_command("nope", [], bench_dir)
-
-
-def test_groupwire_bench_without_a_checkout_says_so(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    installed = tmp_path / "site-packages" / "broker" / "bench_cli.py"
-    installed.parent.mkdir(parents=True)
-    monkeypatch.setattr(bench_cli, "__file__", str(installed))
-    with pytest.raises(bench_cli.BenchNotFoundError, match="not in the wheel"):
-        bench_cli.find_bench_dir(tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 def test_chaos_scenario_loses_nothing(tmp_path: Path) -> None:
     report = tmp_path / "report"
     result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "chaos", "--consumers", "6", "--faults", "20",
+        [sys.executable, "-m", "groupwire", "chaos", "--consumers", "6", "--faults", "20",
          "--broker-faults", "2", "--records", "4000", "--rate", "250", "--seed", "7",
          "--session-timeout-ms", "2000", "--report", str(report)],
         capture_output=True, text=True, timeout=600)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.chaos.verdict import judge
+from groupwire.cli.chaos.verdict import judge
 
 
 def ev(t: float, journal: str, event: str, **fields: object) -> dict[str, object]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.config import BrokerSettings
-from broker.server import Broker
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.server import Broker
 
 from .wire import WireConn
 

@@ -1,4 +1,4 @@
-"""§8 error codes for the situations PROTOCOL.md (and Kafka's rules it follows) name."""
+"""§8 error codes for the situations docs/protocol.md (and Kafka's rules it follows) name."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ The decoder unpacks with ``raw=False``, so a msgpack bin arrives as ``bytes`` an
 
 from __future__ import annotations
 
-from broker.server import Broker
+from groupwire.broker.server import Broker
 
 from .conftest import Connect
 from .wire import (

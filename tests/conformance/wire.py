@@ -1,4 +1,4 @@
-"""The outside checker's own wire kit, written from PROTOCOL.md with msgpack and struct only.
+"""The outside checker's own wire kit, written from docs/protocol.md with msgpack and struct only.
 
 Frames (§1), envelopes (§2), record batches (§5.1), consumer bins (§6), a response shape
 checker for §4 and a bare group member. Deliberately independent of ``protocol/`` and

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from broker.server import Broker
-from broker.storage.fileops import FileOps
+from groupwire.broker.server import Broker
+from groupwire.broker.storage.fileops import FileOps
 from tests.integration.conftest import fast_settings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from client.connection import Connection
-from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from groupwire.client.connection import Connection
+from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
 from .conftest import StartBroker
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client.connection import Connection
-from protocol.batches import decode_records, iter_batch_spans
-from protocol.errors import ErrorCode
-from protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import decode_records, iter_batch_spans
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 from tests.integration.rawgroup import create_topic, produce
 
 from .conftest import StartBroker

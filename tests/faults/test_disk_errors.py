@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.server import Broker
-from client.connection import Connection
-from protocol.batches import decode_records
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import decode_records
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import msgpack
 
-from broker.server import Broker
-from client.connection import Connection
-from protocol.batches import BatchRecord, encode_batch
-from protocol.codec import encode_request
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import BatchRecord, encode_batch
+from groupwire.protocol.codec import encode_request
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     ApiVersionsRequest,
     CreatableTopic,
     CreateTopicsRequest,

@@ -22,7 +22,7 @@ class BrokerProcess:
         self.lines: list[str] = []
 
     def start(self) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
+        cmd = [sys.executable, "-m", "groupwire", "broker", "--host", "127.0.0.1", "--port", "0",
                "--data-dir", str(self.data_dir), "--metrics-port", "-1",
                "--log-format", "json", *self.extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from broker.config import BrokerSettings
-from broker.server import Broker
-from client.connection import Connection
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
 
 FAST = dict(
     host="127.0.0.1",

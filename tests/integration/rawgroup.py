@@ -9,17 +9,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from client.connection import Connection
-from protocol.batches import BatchRecord, encode_batch
-from protocol.consumer import (
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import BatchRecord, encode_batch
+from groupwire.protocol.consumer import (
     Assignment,
     Subscription,
     decode_assignment,
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     HeartbeatRequest,

@@ -8,8 +8,8 @@ import struct
 
 import msgpack
 
-from protocol.errors import ErrorCode
-from protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
 
 from .rawgroup import RawMember, create_topic, round_robin
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerSettings, SettingsError, parse_settings
+from groupwire.broker.config import BrokerSettings, SettingsError, parse_settings
 
 
 def _groupwire(*args: str, env: dict[str, str] | None = None,
                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "groupwire", *args], capture_output=True,
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 

@@ -8,7 +8,7 @@ import sys
 
 def test_demo_kills_a_consumer_and_loses_nothing() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "demo", "--messages", "600", "--rate", "1000"],
+        [sys.executable, "-m", "groupwire", "demo", "--messages", "600", "--rate", "1000"],
         capture_output=True, text=True, timeout=240)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -258,7 +258,7 @@ async def test_invalid_session_timeout(start_broker, connect) -> None:  # type: 
 
 
 async def test_fetch_with_group_context_is_fenced_by_ownership(connect) -> None:  # type: ignore[no-untyped-def]
-    from protocol.messages import (
+    from groupwire.protocol.messages import (
         FetchGroup,
         FetchPartition,
         FetchRequest,

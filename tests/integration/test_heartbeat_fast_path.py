@@ -8,12 +8,12 @@ import asyncio
 import struct
 from pathlib import Path
 
-from broker.server import Broker
-from client.connection import Connection
-from protocol.codec import HeartbeatFields, decode_response, encode_request
-from protocol.errors import ErrorCode
-from protocol.framing import frame
-from protocol.messages import ApiKey, HeartbeatRequest, HeartbeatResponse
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.protocol.codec import HeartbeatFields, decode_response, encode_request
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.framing import frame
+from groupwire.protocol.messages import ApiKey, HeartbeatRequest, HeartbeatResponse
 from tests.integration.conftest import fast_settings
 from tests.integration.rawgroup import RawMember, create_topic, form_group
 
@@ -66,7 +66,7 @@ async def test_a_pipelined_burst_is_answered_and_counted(tmp_path: Path) -> None
         assert answers[100][1] == ErrorCode.ILLEGAL_GENERATION
         ok = {cid for cid, (_, code) in answers.items() if code == ErrorCode.NONE}
         assert ok == set(range(1, 301)) - {100}
-        assert answers[1][0] == b"\x92\x01\x81\xaaerror_code\x00"  # PROTOCOL.md bytes
+        assert answers[1][0] == b"\x92\x01\x81\xaaerror_code\x00"  # docs/protocol.md bytes
         # the fast path settled all but the stale generation, which it handed on
         assert settled.count(True) == 299 and settled.count(False) == 1
         stats = broker.metrics.requests
@@ -86,7 +86,7 @@ async def test_a_pipelined_burst_is_answered_and_counted(tmp_path: Path) -> None
 
 async def test_a_heartbeat_reusing_an_in_flight_id_closes_the_connection(
         tmp_path: Path) -> None:
-    """The fast path never answers a duplicate id: the full path closes, as PROTOCOL.md
+    """The fast path never answers a duplicate id: the full path closes, as docs/protocol.md
     §2 says for any request."""
     broker = Broker(fast_settings(tmp_path / "data"))
     await broker.start()

@@ -8,9 +8,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from client.connection import Connection
-from protocol.batches import decode_records
-from protocol.messages import (
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import decode_records
+from groupwire.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -83,8 +83,8 @@ async def test_sigkill_keeps_records_and_commits(tmp_path: Path, procs, fsync: s
 
 async def test_offsets_log_is_compacted_and_restart_replays_the_snapshot(
         tmp_path: Path, procs) -> None:  # type: ignore[no-untyped-def]
-    from protocol.hashing import coordinator_partition
-    from protocol.messages import (
+    from groupwire.protocol.hashing import coordinator_partition
+    from groupwire.protocol.messages import (
         ListOffsetsPartition,
         ListOffsetsRequest,
         ListOffsetsResponse,

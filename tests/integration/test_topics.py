@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol.batches import decode_records
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.batches import decode_records
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     CreatableTopic,
@@ -103,7 +103,7 @@ async def test_produce_refuses_corrupt_internal_and_unknown(connect) -> None:  #
 
     good = (await produce(conn, "v", 0, [b"ok"])).responses[0].partition_responses[0]
     assert good.error_code == 0
-    from protocol.batches import BatchRecord, encode_batch
+    from groupwire.protocol.batches import BatchRecord, encode_batch
 
     batch = bytearray(encode_batch([BatchRecord(value=b"payload", timestamp_ms=1)]))
     batch[-1] ^= 0xFF

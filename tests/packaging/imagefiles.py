@@ -128,10 +128,26 @@ def pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def package_dirs() -> list[str]:
-    """Top-level import packages the wheel ships, from pyproject's packages.find."""
-    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
-    return [pattern.rstrip("*").rstrip(".") for pattern in include]
+def package_dirs() -> dict[str, str]:
+    """Repository folder of each package the wheel ships, from pyproject's package-dir.
+
+    Only the mapped roots are listed (``groupwire`` and its layers); their subpackages
+    travel with them.
+    """
+    return dict(pyproject()["tool"]["setuptools"]["package-dir"])
+
+
+def shipped_packages() -> list[str]:
+    return list(pyproject()["tool"]["setuptools"]["packages"])
+
+
+def package_folder(package: str) -> Path:
+    """Where ``package`` (a dotted name the wheel ships) lives in the repository."""
+    mapping = package_dirs()
+    root = max((name for name in mapping if package == name or package.startswith(name + ".")),
+               key=len)
+    rest = package[len(root):].lstrip(".")
+    return ROOT / mapping[root] / Path(*rest.split(".")) if rest else ROOT / mapping[root]
 
 
 def metric_names(expr: str) -> set[str]:

@@ -9,7 +9,8 @@ import json
 import re
 
 import pytest
-from imagefiles import (
+
+from .imagefiles import (
     CONTRACT_METRICS,
     DASHBOARD,
     ROOT,

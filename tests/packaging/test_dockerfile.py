@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from imagefiles import (
+
+from .imagefiles import (
     DOCKERFILE,
     ROOT,
     exec_form,
@@ -96,7 +97,7 @@ def test_builder_copies_everything_the_wheel_is_built_from() -> None:
     first = stages(DOCKERFILE.read_text())[0]
     copied = {src.rstrip("/") for ins in first if ins.keyword == "COPY"
               for src in ins.args.split()[:-1] if not src.startswith("--")}
-    needed = {"pyproject.toml", pyproject()["project"]["readme"], *package_dirs()}
+    needed = {"pyproject.toml", pyproject()["project"]["readme"], *package_dirs().values()}
     assert needed <= copied
     ignored = {line.strip().strip("/") for line in (ROOT / ".dockerignore").read_text()
                .splitlines() if line.strip() and not line.startswith("#")}

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from imagefiles import (
+
+from .imagefiles import (
     ROOT,
     dashboard_metrics,
     healthcheck_argv,
     image_argv,
     package_dirs,
+    package_folder,
     pyproject,
+    shipped_packages,
     with_options,
 )
 
@@ -73,9 +76,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("pyproject.toml", pyproject()["project"]["readme"]):
         shutil.copy2(ROOT / name, src / name)
-    for package in package_dirs():
-        if (ROOT / package).is_dir():
-            shutil.copytree(ROOT / package, src / package, ignore=ignore)
+    for folder in set(package_dirs().values()):
+        shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
     wheels = base / "wheels"
     _checked([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
               "--wheel-dir", str(wheels), str(src)], env=env)
@@ -101,21 +103,57 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_packages_are_installed_with_py_typed(installed: Installed) -> None:
-    for package in package_dirs():
-        assert (installed.site_packages / package / "py.typed").is_file(), package
-    for excluded in ("tests", "bench", "examples"):
-        assert not (installed.site_packages / excluded).exists(), excluded
+def test_every_package_in_the_tree_is_shipped() -> None:
+    """A package folder pyproject forgets would be missing from the wheel, silently."""
+    listed = {package_folder(name).resolve() for name in shipped_packages()}
+    on_disk = {init.parent.resolve() for folder in set(package_dirs().values())
+               for init in (ROOT / folder).rglob("__init__.py")
+               if "__pycache__" not in init.parts}
+    assert on_disk - listed == set()
+    assert all(folder.is_dir() for folder in listed)
+
+
+def test_the_wheel_installs_one_import_root_with_py_typed(installed: Installed) -> None:
+    (dist_info,) = installed.site_packages.glob("groupwire-*.dist-info")
+    files = [line.split(",")[0] for line in (dist_info / "RECORD").read_text().splitlines()]
+    top_level = {name.split("/")[0] for name in files if not name.startswith("../")}
+    assert top_level == {"groupwire", dist_info.name}
+    assert "groupwire/py.typed" in files
+    assert "groupwire/broker/coordinator/engine.py" in files
+
+
+def test_the_old_top_level_names_are_gone(installed: Installed) -> None:
+    code = ("import importlib\n"
+            "for name in ('protocol', 'broker', 'client', 'pipeline', 'cli'):\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ModuleNotFoundError:\n"
+            "        continue\n"
+            "    print(name)\n")
+    result = installed.run(installed.bin("python"), "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == []
 
 
 def test_imports_come_from_the_installed_wheel(installed: Installed) -> None:
     code = ("import importlib\n"
-            f"for name in {package_dirs()!r}:\n"
-            "    print(next(iter(importlib.import_module(name).__path__)))\n")
+            f"for name in {shipped_packages()!r}:\n"
+            "    print(next(iter(importlib.import_module(name).__path__)))\n"
+            "from groupwire import Admin, Consumer, Producer, RebalanceListener, Record\n"
+            "from groupwire.errors import GroupwireError, KafkaStorageError\n")
     result = installed.run(installed.bin("python"), "-c", code)
     assert result.returncode == 0, result.stderr
-    for line in result.stdout.splitlines():
-        assert Path(line).resolve().is_relative_to(installed.site_packages.resolve()), line
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(shipped_packages())
+    for line in lines:
+        assert Path(line).resolve().is_relative_to(
+            (installed.site_packages / "groupwire").resolve()), line
+
+
+def test_python_m_groupwire_is_the_command_line(installed: Installed) -> None:
+    result = installed.run(installed.bin("python"), "-m", "groupwire", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "broker" in result.stdout and "health" in result.stdout
 
 
 def test_metadata_matches_pyproject(installed: Installed) -> None:

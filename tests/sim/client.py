@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.consumer import (
+from groupwire.protocol.consumer import (
     Assignment,
     Subscription,
     decode_assignment,
@@ -14,8 +14,8 @@ from protocol.consumer import (
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from broker.coordinator.state import (
+from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
@@ -13,9 +13,9 @@ from broker.coordinator.state import (
     STABLE,
     GroupState,
 )
-from protocol.consumer import decode_assignment
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.consumer import decode_assignment
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DescribedGroup,
     JoinGroupRequest,
     JoinGroupResponse,

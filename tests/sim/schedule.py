@@ -7,9 +7,9 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.coordinator import CoordinatorConfig
-from protocol.errors import ErrorCode
-from protocol.messages import DescribedGroup
+from groupwire.broker.coordinator import CoordinatorConfig
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import DescribedGroup
 from tests.sim.client import GROUP, Client
 from tests.sim.invariants import Checker
 from tests.sim.world import World

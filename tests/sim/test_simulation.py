@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from broker.coordinator import TimerKey, expiry
-from broker.coordinator.engine import Engine
-from broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
+from groupwire.broker.coordinator import TimerKey, expiry
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
 from tests.sim import invariants
 from tests.sim.schedule import SimulationFailure, Stats, run_schedule
 

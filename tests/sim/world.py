@@ -9,17 +9,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from broker.coordinator import (
+from groupwire.broker.coordinator import (
     Coordinator,
     CoordinatorConfig,
     RequestContext,
     Result,
     TimerQueue,
 )
-from broker.coordinator.group import Group
-from broker.coordinator.history import Cause
-from broker.coordinator.state import GroupState
-from protocol.messages import (
+from groupwire.broker.coordinator.group import Group
+from groupwire.broker.coordinator.history import Cause
+from groupwire.broker.coordinator.state import GroupState
+from groupwire.protocol.messages import (
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,

@@ -75,7 +75,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from groupwire import pipeline
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (SparkSession.builder.master("local[2]")

@@ -6,8 +6,8 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 
-from client import Consumer, Producer, TopicPartition
-from client.admin import Admin
+from groupwire.client import Consumer, Producer, TopicPartition
+from groupwire.client.admin import Admin
 
 _names = itertools.count()
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipeline.offsets import (
+from groupwire.pipeline.offsets import (
     OffsetRange,
     OffsetSpecError,
     TopicPartition,
@@ -21,7 +21,7 @@ from pipeline.offsets import (
     split_ranges,
     to_json,
 )
-from pipeline.options import OptionError, parse_sink_options, parse_source_options
+from groupwire.pipeline.options import OptionError, parse_sink_options, parse_source_options
 
 BASE = {"bootstrap": "127.0.0.1:9092", "subscribe": "orders"}
 T0, T1, U0 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)

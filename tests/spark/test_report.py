@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pytest
 
-from client.admin import Admin
-from client.connection import Connection
-from protocol.batches import decode_records
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client.admin import Admin
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import decode_records
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -186,7 +186,7 @@ async def wait_for_events(host: str, port: int,
 def report_run(spark: SparkSession, spark_broker: SparkBroker,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The scripted run, then the job over its events (one Spark job for all checks)."""
-    from pipeline.report.job import ReportOptions, build_report, read_events
+    from groupwire.pipeline.report.job import ReportOptions, build_report, read_events
 
     stamp = time.time_ns()
     group, topic = f"report-group-{stamp}", f"report-topic-{stamp}"
@@ -322,7 +322,7 @@ def _report_parser() -> Any:
     """The ``report`` subcommand on its own parser (as broker/cli.py registers it)."""
     import argparse
 
-    from broker.report_cli import register
+    from groupwire.cli.report import register
 
     parser = argparse.ArgumentParser(prog="groupwire")
     register(parser.add_subparsers(dest="command"))
@@ -352,7 +352,7 @@ def test_groupwire_report_runs_the_job_and_says_where_it_wrote(
 
 
 def test_groupwire_report_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
-    from broker.cli import CliError
+    from groupwire.cli.main import CliError
 
     parser = _report_parser()
     for argv, message in (
@@ -365,7 +365,7 @@ def test_groupwire_report_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
 
 
 def test_since_takes_epoch_ms_or_iso_times() -> None:
-    from pipeline.report.job import parse_since
+    from groupwire.pipeline.report.job import parse_since
 
     assert parse_since("1732250000000") == 1_732_250_000_000
     assert parse_since("2024-11-22T04:33:20Z") == 1_732_250_000_000
@@ -379,7 +379,7 @@ def test_chaos_hook_writes_the_report_from_a_point_in_time(
     """What ``groupwire chaos --report`` calls; ``since_ms`` cuts the window (a run's start)."""
     from rich.console import Console
 
-    from broker.chaos.report_hook import REPORT_DIR, write_rebalance_report
+    from groupwire.cli.chaos.report_hook import REPORT_DIR, write_rebalance_report
 
     facts: RunFacts = report_run["facts"]
     since = _in_order(report_run["rebalances"])[3]["started_ms"]  # c's expiry onwards

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pytest
 
-from pipeline.report.page import ReportData, render
+from groupwire.pipeline.report.page import ReportData, render
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,7 +139,7 @@ def _events() -> list[dict[str, Any]]:
 @needs_chromium
 @pytest.mark.spark
 def test_the_jobs_report_is_drawn_by_the_browser(spark: SparkSession, tmp_path: Path) -> None:
-    from pipeline.report.job import ReportOptions, build_report
+    from groupwire.pipeline.report.job import ReportOptions, build_report
 
     rows: list[tuple[Any, ...]] = [(b"shop", msgpack.packb(ev), "__group_events", 0, i,
              dt.datetime.fromtimestamp(ev["ts_ms"] / 1000, dt.UTC), [])
@@ -164,7 +164,7 @@ def test_the_jobs_report_is_drawn_by_the_browser(spark: SparkSession, tmp_path: 
 @pytest.mark.spark
 def test_a_window_with_no_events_still_writes_tables_and_a_page(spark: SparkSession,
                                                                tmp_path: Path) -> None:
-    from pipeline.report.job import ReportOptions, build_report
+    from groupwire.pipeline.report.job import ReportOptions, build_report
 
     records = spark.createDataFrame([], RECORD_SCHEMA)
     out = tmp_path / "empty"

@@ -164,8 +164,8 @@ def _wait_log_start_past(bootstrap: str, topic: str, offset: int) -> bool:
 def _log_start(bootstrap: str, topic: str) -> int:
     import asyncio
 
-    from client import TopicPartition
-    from client.admin import Admin
+    from groupwire.client import TopicPartition
+    from groupwire.client.admin import Admin
 
     async def go() -> int:
         async with Admin(bootstrap) as admin:

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from broker.server import Broker
-from client.admin import Admin
+from groupwire.broker.server import Broker
+from groupwire.client.admin import Admin
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import json
 import signal
 import sys
 
-from client import Consumer, RebalanceListener, TopicPartition
-from client.errors import CommitFailedError, GroupwireError
+from groupwire.client import Consumer, RebalanceListener, TopicPartition
+from groupwire.client.errors import CommitFailedError, GroupwireError
 
 
 def emit(**fields: object) -> None:

@@ -6,18 +6,18 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from broker.server import Broker
-from client.admin import Admin, PartitionLag, TopicDescription, TopicSpec
-from client.connection import Connection
-from client.errors import (
+from groupwire.broker.server import Broker
+from groupwire.client.admin import Admin, PartitionLag, TopicDescription, TopicSpec
+from groupwire.client.connection import Connection
+from groupwire.client.errors import (
     GroupIdNotFoundError,
     InvalidPartitionsError,
     NonEmptyGroupError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from client.producer import Producer
-from client.types import OffsetAndMetadata, TopicPartition
+from groupwire.client.producer import Producer
+from groupwire.client.types import OffsetAndMetadata, TopicPartition
 
 from ..rawgroup import RawMember
 
@@ -131,7 +131,7 @@ async def test_reset_refused_while_the_group_has_members(
 
 
 async def test_cluster_skips_dead_bootstrap_addresses_and_reconnects(broker: Broker) -> None:
-    from client.cluster import Cluster
+    from groupwire.client.cluster import Cluster
 
     cluster = Cluster(["127.0.0.1:1", f"127.0.0.1:{broker.port}"], request_timeout_ms=5000,
                       retry_backoff_ms=1, retry_backoff_max_ms=5)
@@ -151,8 +151,8 @@ async def test_cluster_skips_dead_bootstrap_addresses_and_reconnects(broker: Bro
 
 
 async def test_cluster_gives_up_when_no_broker_answers() -> None:
-    from client.cluster import BrokerNotAvailableError, Cluster
-    from client.errors import ClientClosedError
+    from groupwire.client.cluster import BrokerNotAvailableError, Cluster
+    from groupwire.client.errors import ClientClosedError
 
     cluster = Cluster("127.0.0.1:1,127.0.0.1:2", request_timeout_ms=100, retry_backoff_ms=5)
     with pytest.raises(BrokerNotAvailableError, match=r"127\.0\.0\.1:1,127\.0\.0\.1:2"):

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from broker.server import Broker
-from client.admin import Admin
-from client.cli import main_for_tests
-from client.connection import Connection
-from client.types import TopicPartition
-from protocol.hashing import partition_for_key
+from groupwire.broker.server import Broker
+from groupwire.cli.client_commands import main_for_tests
+from groupwire.client.admin import Admin
+from groupwire.client.connection import Connection
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.hashing import partition_for_key
 
 from ..rawgroup import RawMember
 

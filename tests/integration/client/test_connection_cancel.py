@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from client.connection import Connection
-from protocol.codec import decode_request, encode_response
-from protocol.framing import FrameDecoder, frame
-from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from groupwire.client.connection import Connection
+from groupwire.protocol.codec import decode_request, encode_response
+from groupwire.protocol.framing import FrameDecoder, frame
+from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
 
 async def test_a_cancelled_request_answered_late_leaves_the_connection_usable() -> None:

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from broker.server import Broker
-from client.connection import Connection
-from client.consumer import Consumer
-from client.errors import CommitFailedError, ListenerError
-from client.listener import RebalanceListener
-from client.types import TopicPartition
-from protocol.errors import ErrorCode
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import CommitFailedError, ListenerError
+from groupwire.client.listener import RebalanceListener
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.errors import ErrorCode
 from tests.integration.brokerproc import BrokerProcess
 from tests.integration.rawgroup import RawMember, create_topic, produce
 
@@ -328,14 +328,12 @@ async def test_a_frozen_consumer_does_not_hand_out_records_buffered_before_the_f
         first_member = c.member_id
 
         # the freeze: every clock of the process jumps past the session timeout at once
-        import client.consumer
-        import client.heartbeat
-        import client.joiner
-        real = client.heartbeat.monotonic_ms
+        from groupwire.client import consumer, heartbeat, joiner
+        real = heartbeat.monotonic_ms
 
         def frozen_clock() -> int:
             return real() + FAST["session_timeout_ms"] + 1
-        for module in (client.consumer, client.heartbeat, client.joiner):
+        for module in (consumer, heartbeat, joiner):
             monkeypatch.setattr(module, "monotonic_ms", frozen_clock)
 
         rec.events.clear()

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from broker.server import Broker
-from client.connection import Connection
-from client.consumer import Consumer
-from client.errors import FencedInstanceIdError
-from client.types import TopicPartition
-from protocol.messages import (
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import FencedInstanceIdError
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.messages import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
     DescribeGroupsRequest,

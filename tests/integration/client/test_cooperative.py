@@ -12,10 +12,10 @@ import asyncio
 import time
 from typing import Any
 
-from broker.server import Broker
-from client.connection import Connection
-from client.consumer import Consumer
-from client.types import TopicPartition
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.client.consumer import Consumer
+from groupwire.client.types import TopicPartition
 
 from ..rawgroup import create_topic, produce
 from .test_consumer import FAST, Recorder, admin, bootstrap  # noqa: F401 (fixture)

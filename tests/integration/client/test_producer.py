@@ -7,13 +7,17 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from broker.server import Broker
-from client.connection import Connection
-from client.errors import ClientClosedError, IllegalStateError, UnknownTopicOrPartitionError
-from client.producer import Producer
-from protocol.batches import DecodedRecord, decode_records, iter_batches
-from protocol.hashing import partition_for_key
-from protocol.messages import (
+from groupwire.broker.server import Broker
+from groupwire.client.connection import Connection
+from groupwire.client.errors import (
+    ClientClosedError,
+    IllegalStateError,
+    UnknownTopicOrPartitionError,
+)
+from groupwire.client.producer import Producer
+from groupwire.protocol.batches import DecodedRecord, decode_records, iter_batches
+from groupwire.protocol.hashing import partition_for_key
+from groupwire.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -157,7 +161,7 @@ async def test_internal_topic_produce_fails_the_future(bootstrap: str) -> None:
 
 async def test_added_partitions_are_seen_once_metadata_ages(
         bootstrap: str, create_topic: CreateTopic) -> None:
-    from client.admin import Admin
+    from groupwire.client.admin import Admin
 
     await create_topic("growing", 1)
     key = next(k for k in (f"k{i}".encode() for i in range(100))

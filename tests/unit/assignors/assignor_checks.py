@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from client.assignors import Subscription
-from client.types import TopicPartition
+from groupwire.client.assignors import Subscription
+from groupwire.client.types import TopicPartition
 
 Result = Mapping[str, list[TopicPartition]]
 

@@ -6,7 +6,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from assignor_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from groupwire.client.assignors import (
+    CooperativeStickyAssignor,
+    PartitionAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    Subscription,
+)
+from groupwire.client.assignors.sticky import encode_sticky_user_data
+from groupwire.client.types import TopicPartition
+
+from .assignor_checks import (
     assigned,
     check_balanced,
     check_complete,
@@ -16,19 +30,6 @@ from assignor_checks import (
     valid_owned,
     wanted,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from client.assignors import (
-    CooperativeStickyAssignor,
-    PartitionAssignor,
-    RangeAssignor,
-    RoundRobinAssignor,
-    StickyAssignor,
-    Subscription,
-)
-from client.assignors.sticky import encode_sticky_user_data
-from client.types import TopicPartition
 
 ALL = (RangeAssignor(), RoundRobinAssignor(), StickyAssignor(), CooperativeStickyAssignor())
 STICKY = (StickyAssignor(), CooperativeStickyAssignor())

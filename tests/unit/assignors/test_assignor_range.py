@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from assignor_checks import check_complete, check_valid, tps
+from groupwire.client.assignors import RangeAssignor, Subscription
 
-from client.assignors import RangeAssignor, Subscription
+from .assignor_checks import check_complete, check_valid, tps
 
 S = Subscription
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import client.assignors
-from client.assignors import (
+from groupwire.client import assignors
+from groupwire.client.assignors import (
     ASSIGNORS,
     CooperativeStickyAssignor,
     PartitionAssignor,
@@ -21,8 +21,8 @@ from client.assignors import (
     supported_protocols,
     user_data_for,
 )
-from client.assignors.sticky import decode_sticky_user_data
-from client.types import TopicPartition
+from groupwire.client.assignors.sticky import decode_sticky_user_data
+from groupwire.client.types import TopicPartition
 
 
 def test_names_and_protocols() -> None:
@@ -102,7 +102,7 @@ def test_only_the_eager_sticky_assignor_sends_user_data() -> None:
 def test_assignors_are_sans_io() -> None:
     """No asyncio, sockets, threads or clocks in client/assignors (COMMON.md)."""
     forbidden = {"asyncio", "socket", "time", "threading", "selectors", "datetime"}
-    package = Path(client.assignors.__file__).parent
+    package = Path(assignors.__file__).parent
     for path in sorted(package.glob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from assignor_checks import (
+from groupwire.client.assignors import CooperativeStickyAssignor, StickyAssignor, Subscription
+from groupwire.client.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
+from groupwire.client.types import TopicPartition
+
+from .assignor_checks import (
     check_balanced,
     check_complete,
     check_cooperative_safe,
@@ -10,10 +14,6 @@ from assignor_checks import (
     tp,
     tps,
 )
-
-from client.assignors import CooperativeStickyAssignor, StickyAssignor, Subscription
-from client.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
-from client.types import TopicPartition
 
 S = Subscription
 FOUR_BY_TWO = {"t0": 2, "t1": 2, "t2": 2, "t3": 2}

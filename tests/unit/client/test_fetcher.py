@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from client.fetcher import Fetcher
-from client.subscription import SubscriptionState
-from client.types import Record, TopicPartition
-from protocol.batches import BatchRecord, encode_batch
-from protocol.messages import FetchPartitionData, FetchResponse, FetchTopicResponse
+from groupwire.client.fetcher import Fetcher
+from groupwire.client.subscription import SubscriptionState
+from groupwire.client.types import Record, TopicPartition
+from groupwire.protocol.batches import BatchRecord, encode_batch
+from groupwire.protocol.messages import FetchPartitionData, FetchResponse, FetchTopicResponse
 
 
 async def _never(_request: Any) -> Any:

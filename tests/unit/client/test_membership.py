@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.membership import Action, CommitCheck, Membership, MemberState
-from protocol.errors import ErrorCode
+from groupwire.client.membership import Action, CommitCheck, Membership, MemberState
+from groupwire.protocol.errors import ErrorCode
 
 E = ErrorCode
 
@@ -185,7 +185,7 @@ def test_membership_core_imports_no_io() -> None:
     import ast
     import pathlib
 
-    import client.membership as mod
+    import groupwire.client.membership as mod
     tree = ast.parse(pathlib.Path(mod.__file__).read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
              for a in n.names}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from client.errors import IllegalStateError
-from client.subscription import SubscriptionState
-from client.types import Record, TopicPartition
+from groupwire.client.errors import IllegalStateError
+from groupwire.client.subscription import SubscriptionState
+from groupwire.client.types import Record, TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 

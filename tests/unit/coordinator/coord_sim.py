@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.coordinator import (
+from groupwire.broker.coordinator import (
     Coordinator,
     CoordinatorConfig,
     GroupEvent,
@@ -21,9 +21,14 @@ from broker.coordinator import (
     TimerKey,
     TimerQueue,
 )
-from protocol.consumer import Assignment, Subscription, encode_assignment, encode_subscription
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.consumer import (
+    Assignment,
+    Subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from coord_sim import Member, Sim, assignment, form_group, join_all, sub
-
-from broker.coordinator import GroupDeleteRecord, OffsetDeleteRecord
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator import GroupDeleteRecord, OffsetDeleteRecord
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -15,6 +13,8 @@ from protocol.messages import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+
+from .coord_sim import Member, Sim, assignment, form_group, join_all, sub
 
 
 def _list(sim: Sim, *states: str) -> list[ListedGroup]:

@@ -1,15 +1,15 @@
-"""PROTOCOL.md §7: poll interval, ownership fencing, heartbeat long poll, connection loss
+"""docs/protocol.md §7: poll interval, ownership fencing, heartbeat long poll, connection loss
 and rebalance history, with the events of §9."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from coord_sim import TEST_CONFIG, Member, Sim, assignment, form_group, join_all
+from groupwire.broker.coordinator import FetchCheck
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import FetchGroup, HeartbeatResponse, JoinGroupResponse
 
-from broker.coordinator import FetchCheck
-from protocol.errors import ErrorCode
-from protocol.messages import FetchGroup, HeartbeatResponse, JoinGroupResponse
+from .coord_sim import TEST_CONFIG, Member, Sim, assignment, form_group, join_all
 
 E = ErrorCode
 NOTHING: frozenset[tuple[str, int]] = frozenset()

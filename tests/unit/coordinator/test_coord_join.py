@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
+from groupwire.broker.coordinator import GroupMetadataRecord
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import JoinGroupResponse
 
-from broker.coordinator import GroupMetadataRecord
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponse
+from .coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
 
 D3000 = replace(TEST_CONFIG, initial_rebalance_delay_ms=3000)
 

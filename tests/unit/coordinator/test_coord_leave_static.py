@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from coord_sim import Member, Sim, assignment, form_group, join_all
-
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     JoinGroupResponse,
     LeaveGroupMemberResponse,
     LeaveGroupRequest,
@@ -13,6 +11,8 @@ from protocol.messages import (
     MemberIdentity,
     SyncGroupResponse,
 )
+
+from .coord_sim import Member, Sim, assignment, form_group, join_all
 
 
 def _leave(sim: Sim, *identities: MemberIdentity, group_id: str = "g") -> LeaveGroupResponse:

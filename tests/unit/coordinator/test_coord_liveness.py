@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import JoinGroupResponse, SyncGroupResponse
 
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponse, SyncGroupResponse
+from .coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
 
 
 def test_stable_member_without_heartbeats_expires_and_group_empties() -> None:

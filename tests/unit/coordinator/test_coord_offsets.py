@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
-
-from broker.coordinator import GroupDeleteRecord, OffsetCommitRecord, OffsetDeleteRecord
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.broker.coordinator import GroupDeleteRecord, OffsetCommitRecord, OffsetDeleteRecord
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -19,6 +17,8 @@ from protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
+
+from .coord_sim import TEST_CONFIG, Member, Sim, form_group, join_all, sub
 
 E = ErrorCode
 

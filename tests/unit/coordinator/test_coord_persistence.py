@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from coord_sim import Member, Sim, assignment, form_group, join_all
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.coordinator import (
+from groupwire.broker.coordinator import (
     GroupDeleteRecord,
     GroupMetadataRecord,
     GroupRecord,
@@ -16,8 +15,10 @@ from broker.coordinator import (
     OffsetDeleteRecord,
     record_from_kv,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import FetchGroup
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import FetchGroup
+
+from .coord_sim import Member, Sim, assignment, form_group, join_all
 
 text = st.text(max_size=20)
 ints = st.integers(-(2**63), 2**63 - 1)
@@ -138,7 +139,7 @@ def test_restart_after_deletes_and_emptying() -> None:
     b = Member(sim, group_id="stays")
     form_group(sim, [b])
     b.leave()
-    from protocol.messages import DeleteGroupsRequest
+    from groupwire.protocol.messages import DeleteGroupsRequest
 
     sim.call(DeleteGroupsRequest(groups_names=["gone"]))
     after = _restart(sim, now=sim.now)

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import broker.coordinator
+from groupwire.broker import coordinator
 
-PACKAGE = Path(broker.coordinator.__file__).parent
+PACKAGE = Path(coordinator.__file__).parent
 FORBIDDEN = {"asyncio", "socket", "time", "datetime", "threading", "selectors", "select",
              "trio", "anyio", "uvloop"}
 
@@ -32,7 +32,7 @@ def test_no_module_imports_io_or_the_clock() -> None:
 
 
 def test_importing_the_package_loads_no_event_loop_or_sockets() -> None:
-    code = ("import sys, broker.coordinator; "
+    code = ("import sys, groupwire.broker.coordinator; "
             "print(sorted(m for m in ('asyncio', 'socket', 'selectors', 'threading') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

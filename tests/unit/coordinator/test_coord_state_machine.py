@@ -5,21 +5,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coord_sim import TEST_CONFIG, Member, Sim, assignment, sub
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from broker.coordinator.fencing import decode_owned
-from broker.coordinator.parking import JOIN, SYNC
-from broker.coordinator.state import (
+from groupwire.broker.coordinator.fencing import decode_owned
+from groupwire.broker.coordinator.parking import JOIN, SYNC
+from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
 )
-from protocol.errors import ErrorCode
-from protocol.messages import JoinGroupResponse, SyncGroupResponse
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import JoinGroupResponse, SyncGroupResponse
+
+from .coord_sim import TEST_CONFIG, Member, Sim, assignment, sub
 
 CONFIG = replace(TEST_CONFIG, initial_rebalance_delay_ms=200, connection_loss_grace_ms=500,
                  new_member_join_timeout_ms=6000, offsets_retention_ms=120_000,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.coordinator.state import (
+from groupwire.broker.coordinator.state import (
     GroupState,
     IllegalTransitionError,
     check_transition,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coord_sim import Member, Sim, assignment, form_group, join_all
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import SyncGroupResponse
 
-from protocol.errors import ErrorCode
-from protocol.messages import SyncGroupResponse
+from .coord_sim import Member, Sim, assignment, form_group, join_all
 
 
 def _three(sim: Sim) -> tuple[Member, Member, Member]:
@@ -62,7 +62,7 @@ def test_sync_error_checks_in_order() -> None:
     assert resp is not None and resp.error_code == ErrorCode.ILLEGAL_GENERATION
     resp = Member(sim, group_id="", member_id="z").send_sync()
     assert resp is not None and resp.error_code == ErrorCode.INVALID_GROUP_ID
-    from protocol.messages import SyncGroupRequest
+    from groupwire.protocol.messages import SyncGroupRequest
 
     wrong_name = SyncGroupRequest(group_id="g", generation_id=1, member_id=b.member_id,
                                   protocol_type="consumer", protocol_name="roundrobin")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.coordinator import CancelTimer, SetTimer, TimerQueue
+from groupwire.broker.coordinator import CancelTimer, SetTimer, TimerQueue
 
 
 def test_replace_cancel_and_order() -> None:

@@ -12,19 +12,20 @@ import itertools
 from collections.abc import Callable, Iterator
 
 import pytest
-from coord_sim import Member, Sim, form_group, join_all
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
-from test_coord_state_machine import GroupMachine, SmallGroupMachine
 
-from broker.coordinator import RequestContext, Result
-from broker.coordinator.engine import heartbeat_response
-from broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
-from protocol.codec import HeartbeatFields, decode_heartbeat, encode_request
-from protocol.errors import ErrorCode
-from protocol.messages import HeartbeatRequest, Request, Response
+from groupwire.broker.coordinator import RequestContext, Result
+from groupwire.broker.coordinator.engine import heartbeat_response
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
+from groupwire.protocol.codec import HeartbeatFields, decode_heartbeat, encode_request
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import HeartbeatRequest, Request, Response
 from tests.sim import schedule
 from tests.sim.world import World
+
+from .coord_sim import Member, Sim, form_group, join_all
+from .test_coord_state_machine import GroupMachine, SmallGroupMachine
 
 NONE = heartbeat_response(ErrorCode.NONE)  # the full path's own NONE answer
 
@@ -251,7 +252,7 @@ def test_a_scripted_run_is_the_same_with_and_without_the_fast_path() -> None:
 
 def _renews_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the heartbeats ``renew`` settled (a test that never took it proves nothing)."""
-    from broker.coordinator.coordinator import Coordinator
+    from groupwire.broker.coordinator.coordinator import Coordinator
 
     counter = [0]
     inner = Coordinator.renew

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.coordinator.member import Member
+from groupwire.broker.coordinator.member import Member
 
 
 def _member() -> Member:

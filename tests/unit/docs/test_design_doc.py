@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from broker.coordinator.state import diagram
+from groupwire.broker.coordinator.state import diagram
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "design.md"
 

@@ -1,4 +1,4 @@
-"""Decoding ``__group_events`` values (PROTOCOL.md §9) into rows, without Spark."""
+"""Decoding ``__group_events`` values (docs/protocol.md §9) into rows, without Spark."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from broker.coordinator.events import GroupEvent
-from pipeline.report.events import (
+from groupwire.broker.coordinator.events import GroupEvent
+from groupwire.pipeline.report.events import (
     UNDECODABLE,
     EventDecodeError,
     EventRow,
@@ -107,7 +107,7 @@ def test_records_for_spark_round_trip() -> None:
 
 
 def test_the_report_knows_every_event_type_the_broker_emits() -> None:
-    from broker.coordinator.events import EVENT_TYPES
-    from pipeline.report.events import KNOWN_TYPES
+    from groupwire.broker.coordinator.events import EVENT_TYPES
+    from groupwire.pipeline.report.events import KNOWN_TYPES
 
     assert KNOWN_TYPES == EVENT_TYPES

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from pipeline.report.events import EventRow
-from pipeline.report.ownership import (
+from groupwire.pipeline.report.events import EventRow
+from groupwire.pipeline.report.ownership import (
     GROUP_EMPTIED_END,
     OWNED,
     REASSIGNED,

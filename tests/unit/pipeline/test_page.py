@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.report.page import ReportData, bucket_size, render, when
-from pipeline.report.svg import nice_step
+from groupwire.pipeline.report.page import ReportData, bucket_size, render, when
+from groupwire.pipeline.report.svg import nice_step
 
 T0 = 1_732_250_000_000
 

@@ -1,7 +1,7 @@
-"""A second, deliberately naive codec written only from PROTOCOL.md (§2, §4, §10).
+"""A second, deliberately naive codec written only from docs/protocol.md (§2, §4, §10).
 
 It shares no code with ``protocol.codec`` or ``protocol.messages``: schemas are
-transcribed by hand from the API listing in PROTOCOL.md §4, messages are plain dicts,
+transcribed by hand from the API listing in docs/protocol.md §4, messages are plain dicts,
 and values are checked by a small recursive interpreter. If both codecs agree on bytes
 and values, a misreading of the contract would have to be made twice, independently.
 

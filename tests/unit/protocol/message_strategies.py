@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.types import IntRange
+from groupwire.protocol.types import IntRange
 
 # Short collections keep examples fast; the codec's loops do not care about length.
 MAX_LIST = 3

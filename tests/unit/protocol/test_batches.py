@@ -1,4 +1,4 @@
-"""Record batches (PROTOCOL.md §5): the test vector, round trips and every corruption check."""
+"""Record batches (docs/protocol.md §5): the test vector, round trips and every corruption check."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.batches import (
+from groupwire.protocol.batches import (
     HEADER_SIZE,
     BatchRecord,
     CorruptBatchError,
@@ -24,7 +24,7 @@ from protocol.batches import (
     validate_batch,
     with_base_offset,
 )
-from protocol.errors import ErrorCode, LocalProtocolError
+from groupwire.protocol.errors import ErrorCode, LocalProtocolError
 
 TS = 1732250000000
 VECTOR_HEADER = "9295cf0000000000000000d30000019352255a80ce00000002ce85de3b1500"

@@ -10,11 +10,17 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from message_strategies import message_strategy, msgpack_values
 
-from protocol import messages as m
-from protocol.codec import HeartbeatFields, decode_heartbeat, decode_request, encode_request
-from protocol.errors import ProtocolError
+from groupwire.protocol import messages as m
+from groupwire.protocol.codec import (
+    HeartbeatFields,
+    decode_heartbeat,
+    decode_request,
+    encode_request,
+)
+from groupwire.protocol.errors import ProtocolError
+
+from .message_strategies import message_strategy, msgpack_values
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HB = {"group_id": "g", "generation_id": 1, "member_id": "c-1"}

@@ -9,11 +9,15 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from message_strategies import message_strategy, msgpack_values
 
-from protocol import messages as m
-from protocol.codec import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import (
+from groupwire.protocol import messages as m
+from groupwire.protocol.codec import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from groupwire.protocol.errors import (
     BodyError,
     EnvelopeError,
     ErrorCode,
@@ -22,6 +26,8 @@ from protocol.errors import (
     RemoteProtocolError,
     UnsupportedVersionError,
 )
+
+from .message_strategies import message_strategy, msgpack_values
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -82,7 +88,7 @@ def test_envelope_errors(payload: bytes, why: str) -> None:
 def test_ext_body_and_int_keys_are_invalid_request_not_a_closed_connection(
     payload: bytes, why: str
 ) -> None:
-    # PROTOCOL.md §2: one msgpack value with a valid envelope is answered, never dropped
+    # docs/protocol.md §2: one msgpack value with a valid envelope is answered, never dropped
     with pytest.raises(InvalidRequestError) as info:
         decode_request(payload)
     assert info.value.message == why

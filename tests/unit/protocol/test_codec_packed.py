@@ -7,17 +7,17 @@ import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.codec import (
+from groupwire.protocol.codec import (
     decode_response,
     encode_response,
     encode_response_packed,
     frame_response_packed,
     pack_body,
 )
-from protocol.errors import ErrorCode
-from protocol.framing import frame
-from protocol.messages import HeartbeatResponse, SyncGroupResponse
-from protocol.types import INT32_RANGE
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.framing import frame
+from groupwire.protocol.messages import HeartbeatResponse, SyncGroupResponse
+from groupwire.protocol.types import INT32_RANGE
 
 NONE_BODY = pack_body(HeartbeatResponse())
 

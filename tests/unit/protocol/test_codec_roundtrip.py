@@ -9,10 +9,9 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from message_strategies import message_strategy
 
-from protocol import messages as m
-from protocol.codec import (
+from groupwire.protocol import messages as m
+from groupwire.protocol.codec import (
     decode_message,
     decode_request,
     decode_response,
@@ -23,7 +22,9 @@ from protocol.codec import (
     encode_response,
     peek_response_correlation_id,
 )
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
+
+from .message_strategies import message_strategy
 
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 cids = st.integers(min_value=-(2**31), max_value=2**31 - 1)

@@ -1,12 +1,17 @@
-"""PROTOCOL.md §10's worked example, byte for byte."""
+"""docs/protocol.md §10's worked example, byte for byte."""
 
 from __future__ import annotations
 
 import msgpack
 
-from protocol import messages as m
-from protocol.codec import decode_request, decode_response, encode_request, encode_response
-from protocol.consumer import (
+from groupwire.protocol import messages as m
+from groupwire.protocol.codec import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from groupwire.protocol.consumer import (
     Assignment,
     Subscription,
     decode_assignment,
@@ -14,7 +19,7 @@ from protocol.consumer import (
     encode_assignment,
     encode_subscription,
 )
-from protocol.framing import FrameDecoder, frame
+from groupwire.protocol.framing import FrameDecoder, frame
 
 MEMBER = "billing-1-0b6e2c1d"
 SUBSCRIPTION = encode_subscription(Subscription(topics=["orders"]))

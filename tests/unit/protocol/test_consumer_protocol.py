@@ -1,4 +1,4 @@
-"""The "consumer" protocol's subscription and assignment bins (PROTOCOL.md §6)."""
+"""The "consumer" protocol's subscription and assignment bins (docs/protocol.md §6)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from message_strategies import msgpack_values
 
-from protocol.consumer import (
+from groupwire.protocol.consumer import (
     CONSUMER_PROTOCOL_TYPE,
     Assignment,
     ConsumerProtocolError,
@@ -21,7 +20,9 @@ from protocol.consumer import (
     encode_assignment,
     encode_subscription,
 )
-from protocol.errors import LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.errors import LocalProtocolError, RemoteProtocolError
+
+from .message_strategies import msgpack_values
 
 int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 topic_partitions = st.lists(

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import FrameError, LocalProtocolError
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from groupwire.protocol.errors import FrameError, LocalProtocolError
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
 
 
 def test_frame_prefixes_the_big_endian_length() -> None:

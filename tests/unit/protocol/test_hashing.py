@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.hashing import (
+from groupwire.protocol.hashing import (
     coordinator_partition,
     java_hashcode,
     kafka_abs,

@@ -1,4 +1,4 @@
-"""Our codec against an independent one written only from PROTOCOL.md."""
+"""Our codec against an independent one written only from docs/protocol.md."""
 
 from __future__ import annotations
 
@@ -6,16 +6,22 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import independent_codec as ind
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from message_strategies import message_strategy
 
-from protocol import messages as m
-from protocol.codec import decode_request, decode_response, encode_request, encode_response
-from protocol.errors import InvalidRequestError
+from groupwire.protocol import messages as m
+from groupwire.protocol.codec import (
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from groupwire.protocol.errors import InvalidRequestError
+
+from . import independent_codec as ind
+from .message_strategies import message_strategy
 
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REQUEST_KEYS = sorted(ind.REQUESTS)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage import FileOps, FsyncPolicy, PartitionLog, StorageConfig
-from protocol.batches import (
+from groupwire.broker.storage import FileOps, FsyncPolicy, PartitionLog, StorageConfig
+from groupwire.protocol.batches import (
     BatchRecord,
     DecodedRecord,
     decode_records,

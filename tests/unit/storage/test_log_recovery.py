@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.storage.segment import Segment
-from protocol.batches import iter_batch_spans
+from groupwire.broker.storage.segment import Segment
+from groupwire.protocol.batches import iter_batch_spans
 
 H = Any
 

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from broker.storage import FsyncPolicy, OffsetOutOfRangeError, StorageError
-from protocol.batches import (
+from groupwire.broker.storage import FsyncPolicy, OffsetOutOfRangeError, StorageError
+from groupwire.protocol.batches import (
     BatchRecord,
     decode_records,
     encode_batch,
     iter_batches,
     validate_batch,
 )
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
 
 H = Any  # the `h` fixture: helpers from conftest
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.storage import StorageError
-from protocol.errors import ErrorCode
+from groupwire.broker.storage import StorageError
+from groupwire.protocol.errors import ErrorCode
 
 H = Any
 
@@ -89,7 +89,7 @@ def test_a_failed_segment_roll_keeps_the_old_segment_active(h: H, open_log: Any,
 
 
 def test_a_failing_disk_at_close_records_no_clean_shutdown(h: H, tmp_path: Path) -> None:
-    from broker.storage import StorageConfig, TopicStore
+    from groupwire.broker.storage import StorageConfig, TopicStore
 
     ops = h.FailingOps()
     store = TopicStore(tmp_path / "d", StorageConfig(offsets_partitions=1), file_ops=ops)

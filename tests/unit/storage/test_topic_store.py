@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.storage import (
+from groupwire.broker.storage import (
     EVENTS_TOPIC,
     OFFSETS_TOPIC,
     FsyncPolicy,
@@ -21,7 +21,7 @@ from broker.storage import (
     TopicStore,
     UnknownTopicOrPartitionError,
 )
-from protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode
 
 H = Any
 SMALL = StorageConfig(offsets_partitions=3, segment_bytes=4096)

@@ -13,17 +13,17 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
-from client.admin import Admin, GroupDescription, ResetTo, TopicSpec
-from client.cluster import BrokerNotAvailableError
-from client.errors import GroupwireError
-from client.producer import Producer
+from groupwire.client.admin import Admin, GroupDescription, ResetTo, TopicSpec
+from groupwire.client.cluster import BrokerNotAvailableError
+from groupwire.client.errors import GroupwireError
+from groupwire.client.producer import Producer
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_FAILURE = 1
 
 
 def _fail(message: str) -> NoReturn:
-    from broker.cli import CliError
+    from groupwire.cli.main import CliError
 
     raise CliError(message)
 
@@ -126,7 +126,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
 
 
 def _tps(topic: str, n: int) -> list[Any]:
-    from client.types import TopicPartition
+    from groupwire.client.types import TopicPartition
 
     return [TopicPartition(topic, p) for p in range(n)]
 
@@ -306,7 +306,7 @@ def _consume(args: argparse.Namespace) -> int:
     """Print records as they arrive; in a group with --group (committing as it goes)."""
 
     async def main() -> int:
-        from client.consumer import Consumer
+        from groupwire.client.consumer import Consumer
 
         consumer = Consumer(
             args.bootstrap, group_id=args.group, client_id="groupwire-cli",
@@ -315,7 +315,7 @@ def _consume(args: argparse.Namespace) -> int:
         shown = 0
         async with consumer:
             if args.group is None:
-                from client.types import TopicPartition
+                from groupwire.client.types import TopicPartition
 
                 async with Admin(args.bootstrap, client_id="groupwire-cli",
                                  request_timeout_ms=args.timeout_ms) as admin:
@@ -451,7 +451,7 @@ def register(subparsers: Any) -> None:
 
 def main_for_tests(argv: Sequence[str]) -> int:
     """Parse and run only these subcommands, as ``groupwire`` would (errors: exit 1)."""
-    from broker.cli import CliError
+    from groupwire.cli.main import CliError
 
     parser = argparse.ArgumentParser(prog="groupwire")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

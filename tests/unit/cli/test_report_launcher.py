@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker import report_cli
+from groupwire.cli import report as report_cli
 
 
 def test_missing_pyspark_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +32,7 @@ def test_missing_java_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_child_job_gets_every_option(tmp_path: Path) -> None:
     cmd = report_cli.job_command("h:1", tmp_path, group="g", since_ms=5, master="local[2]")
-    assert cmd == [sys.executable, "-m", "pipeline.report", "--bootstrap", "h:1", "--out",
+    assert cmd == [sys.executable, "-m", "groupwire.pipeline.report", "--bootstrap", "h:1", "--out",
                    str(tmp_path), "--group", "g", "--since", "5", "--master", "local[2]"]
     assert "--master" not in report_cli.job_command("h:1", tmp_path, master=None)
 

@@ -1,6 +1,6 @@
 """``groupwire report``: the rebalance report (a local Spark job) from the command line.
 
-The job runs as ``python -m pipeline.report`` in a child process: the JVM and its log
+The job runs as ``python -m groupwire.pipeline.report`` in a child process: the JVM and its log
 noise stay out of this one (Spark's log goes to ``DIR/spark.log``), and the child's
 ``report: <step>`` lines become the progress shown here. ``register(subparsers)`` adds
 the subcommand to the ``groupwire`` parser.
@@ -39,7 +39,7 @@ def spark_missing() -> str | None:
 def job_command(bootstrap: str, out: Path, *, group: str | None = None,
                 since_ms: int | None = None, master: str | None = "local[*]") -> list[str]:
     """The child process that runs the job (the same module spark-submit runs)."""
-    cmd = [sys.executable, "-m", "pipeline.report", "--bootstrap", bootstrap,
+    cmd = [sys.executable, "-m", "groupwire.pipeline.report", "--bootstrap", bootstrap,
            "--out", str(out)]
     if group is not None:
         cmd += ["--group", group]
@@ -91,8 +91,8 @@ def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
 def _cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from broker.cli import CliError, check_health, parse_bootstrap
-    from pipeline.report.job import ReportError, parse_since
+    from groupwire.cli.main import CliError, check_health, parse_bootstrap
+    from groupwire.pipeline.report.job import ReportError, parse_since
 
     host, port = parse_bootstrap(args.bootstrap)
     try:
@@ -127,7 +127,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from pipeline.report.job import add_arguments
+    from groupwire.pipeline.report.job import add_arguments
 
     p = subparsers.add_parser(
         "report", help="rebalance report: Parquet tables and an HTML page (runs Spark)",

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from broker import config
-from broker.config import SettingsError
+from groupwire.broker import config
+from groupwire.broker.config import SettingsError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -37,7 +37,7 @@ def _run_loop(coro_factory: Callable[[], object]) -> object:
 
 def _cmd_broker(args: argparse.Namespace) -> int:
     settings = config.resolve(args)
-    from broker.logs import configure_logging
+    from groupwire.broker.logs import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
     _run_loop(lambda: run_broker(settings))
@@ -46,7 +46,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 async def run_broker(settings: config.BrokerSettings) -> None:
     """Run a broker until SIGTERM or SIGINT, then shut it down gracefully."""
-    from broker.server import Broker
+    from groupwire.broker.server import Broker
 
     broker = Broker(settings)
     loop = asyncio.get_running_loop()
@@ -91,8 +91,8 @@ def _cmd_health(args: argparse.Namespace) -> int:
 async def check_health(host: str, port: int, timeout: float) -> dict[str, object]:
     import time
 
-    from client.connection import Connection
-    from protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+    from groupwire.client.connection import Connection
+    from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
     t0 = time.perf_counter()
     try:
@@ -118,8 +118,8 @@ async def check_health(host: str, port: int, timeout: float) -> dict[str, object
 def _cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from broker import demo
-    from broker.logs import configure_logging
+    from groupwire.broker.logs import configure_logging
+    from groupwire.cli import demo
 
     configure_logging("console", "error")
     result = _run_loop(lambda: demo.run_demo(demo.options_from(args), Console()))
@@ -133,8 +133,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from broker.chaos.runner import ChaosOptions, run_chaos
-    from broker.logs import configure_logging
+    from groupwire.broker.logs import configure_logging
+    from groupwire.cli.chaos.runner import ChaosOptions, run_chaos
 
     configure_logging("console", "error")
     opts = ChaosOptions(
@@ -167,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Start a broker on embedded storage, produce to a topic "
                        "consumed by a group of consumer processes, SIGKILL one of them and "
                        "show the rebalance as it happens; exit 0 if nothing was lost.")
-    from broker import demo
+    from groupwire.cli import demo
 
     demo.add_arguments(p)
     p.set_defaults(func=_cmd_demo)
-    from client.cli import register as register_client_commands
+    from groupwire.cli.client_commands import register as register_client_commands
 
     register_client_commands(sub)
     p = sub.add_parser("chaos", help="kill, freeze and restart consumers (and the broker); "
@@ -198,11 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --report: also write the Spark rebalance report of the run to "
                    "DIR/rebalance-report (needs the spark extra and Java)")
     p.set_defaults(func=_cmd_chaos)
-    from broker.bench_cli import register as register_bench_command
-    from broker.report_cli import register as register_report_command
+    from groupwire.cli.report import register as register_report_command
 
     register_report_command(sub)
-    register_bench_command(sub)
     p = sub.add_parser("health", help="check that a broker answers (exit 0 if healthy)")
     p.add_argument("--bootstrap", default="127.0.0.1:9092",
                    help="broker address HOST:PORT (default 127.0.0.1:9092)")

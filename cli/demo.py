@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from rich.console import Console
 
-from client.connection import Connection
-from protocol.batches import decode_records
-from protocol.messages import (
+from groupwire.client.connection import Connection
+from groupwire.protocol.batches import decode_records
+from groupwire.protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     FetchPartition,
@@ -40,7 +40,7 @@ from protocol.messages import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from groupwire.broker.server import Broker
 
 TOPIC = "demo-orders"
 GROUP = "demo-billing"
@@ -83,8 +83,8 @@ class ConsumerProc:
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> int:
-    from broker.config import BrokerSettings
-    from broker.server import Broker
+    from groupwire.broker.config import BrokerSettings
+    from groupwire.broker.server import Broker
 
     _current.append(_Signals())
     with contextlib.ExitStack() as stack:
@@ -149,7 +149,7 @@ async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
 
 async def _spawn(name: str, bootstrap: str, opts: DemoOptions) -> ConsumerProc:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker.demo_consumer", "--bootstrap", bootstrap,
+        sys.executable, "-m", "groupwire.cli.demo_consumer", "--bootstrap", bootstrap,
         "--group", GROUP, "--topic", TOPIC, "--name", name,
         "--session-timeout-ms", str(opts.session_timeout_ms),
         stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -245,7 +245,7 @@ async def _wait_stable(watcher: asyncio.Future[None], members: int) -> None:
 
 async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerProc],
                    console: Console) -> dict[int, int]:
-    from client import Producer
+    from groupwire.client import Producer
 
     produced: dict[int, int] = {}
     victim = consumers[1] if len(consumers) > 1 else None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from broker.report_cli import (
+from groupwire.cli.report import (
     SPARK_LOG,
     STEP_PREFIX,
     SUMMARY_PREFIX,

@@ -16,8 +16,8 @@ import sys
 
 
 async def consume(args: argparse.Namespace) -> None:
-    from client import Consumer
-    from client.errors import CommitFailedError, RebalanceInProgressError
+    from groupwire.client import Consumer
+    from groupwire.client.errors import CommitFailedError, RebalanceInProgressError
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -42,7 +42,7 @@ async def consume(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m broker.demo_consumer")
+    parser = argparse.ArgumentParser(prog="python -m groupwire.cli.demo_consumer")
     parser.add_argument("--bootstrap", required=True, help="broker HOST:PORT")
     parser.add_argument("--group", required=True, help="consumer group")
     parser.add_argument("--topic", required=True, help="topic to consume")

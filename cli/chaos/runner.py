@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from broker.chaos.schedule import Fault, draw
-from broker.chaos.verdict import Verdict, judge, read_journals
+from groupwire.cli.chaos.schedule import Fault, draw
+from groupwire.cli.chaos.verdict import Verdict, judge, read_journals
 
 TOPIC = "chaos"
 GROUP = "chaos-group"
@@ -80,7 +80,7 @@ async def run_chaos(opts: ChaosOptions, console: Console) -> Verdict:
 
 
 async def _scenario(run: Run) -> Verdict:
-    from client import Admin
+    from groupwire.client import Admin
 
     opts = run.opts
     started_ms = time.time_ns() // 1_000_000
@@ -129,7 +129,7 @@ async def _scenario(run: Run) -> Verdict:
         (opts.report / "verdict.json").write_text(json.dumps(
             {"seed": opts.seed, "faults": run.log, **verdict.as_dict()}, indent=2))
         if opts.rebalance_report:  # the broker still serves: the job reads its events
-            from broker.chaos.report_hook import write_rebalance_report
+            from groupwire.cli.chaos.report_hook import write_rebalance_report
 
             await write_rebalance_report(run.bootstrap, opts.report, GROUP, run.console,
                                          since_ms=started_ms)
@@ -146,7 +146,8 @@ def _free_port() -> int:
 async def _start_broker(run: Run) -> None:
     data = run.workdir / "broker-data"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", str(run.broker_port),
+        sys.executable, "-m", "groupwire", "broker", "--host", "127.0.0.1",
+        "--port", str(run.broker_port),
         "--data-dir", str(data), "--metrics-port", "-1", "--fsync", "always",
         "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "100",
         "--connection-loss-grace-ms", "300", "--log-format", "json", "--log-level", "info",
@@ -177,7 +178,7 @@ async def _add_member(run: Run) -> Member:
     name = f"member-{len(run.members) + 1:02d}"
     journal = run.workdir / f"{name}.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker.chaos.member", "--bootstrap", run.bootstrap,
+        sys.executable, "-m", "groupwire.cli.chaos.member", "--bootstrap", run.bootstrap,
         "--group", GROUP, "--topic", TOPIC, "--name", name, "--journal", str(journal),
         "--session-timeout-ms", str(run.opts.session_timeout_ms),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
@@ -237,8 +238,8 @@ def _resume(member: Member) -> None:
 
 
 async def _produce(run: Run) -> None:
-    from client import Producer
-    from client.errors import GroupwireError
+    from groupwire.client import Producer
+    from groupwire.client.errors import GroupwireError
 
     opts = run.opts
     sent = 0
@@ -263,7 +264,7 @@ async def _produce(run: Run) -> None:
 
 async def _sample_offsets(run: Run) -> None:
     """Committed offsets every 200 ms, to check that none ever goes backwards."""
-    from client import Admin
+    from groupwire.client import Admin
 
     while True:
         try:

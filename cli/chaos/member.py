@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 from typing import IO
 
-from client import Consumer, RebalanceListener, TopicPartition
-from client.connection import Connection
-from client.errors import CommitFailedError, GroupwireError
-from client.types import parse_bootstrap
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from groupwire.client import Consumer, RebalanceListener, TopicPartition
+from groupwire.client.connection import Connection
+from groupwire.client.errors import CommitFailedError, GroupwireError
+from groupwire.client.types import parse_bootstrap
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
     FetchGroup,
     FetchPartition,
     FetchRequest,
@@ -204,7 +204,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m broker.chaos.member")
+    p = argparse.ArgumentParser(prog="python -m groupwire.cli.chaos.member")
     p.add_argument("--bootstrap", required=True, help="broker HOST:PORT")
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, help="topic")
