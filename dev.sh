@@ -27,6 +27,8 @@ Commands:
   demo [ARGS]    only the demo: a broker, a producer, three consumers, one killed
   test [ARGS]    run the test suite (python -m pytest -q ARGS),
                  e.g. ./dev.sh test tests/unit -x
+  bench [ARGS]   the benchmarks, from this checkout (python -m bench.run ARGS; bench/
+                 is not part of the installed package), e.g. ./dev.sh bench heartbeat
   lint           ruff check, mypy (--strict on the sans-I/O cores), the layer
                  contract (lint-imports) and the docs site (mkdocs build --strict)
   setup          only create or update .venv
@@ -98,7 +100,7 @@ lint() {
         --no-cache "$ROOT/pyproject.toml") || failed=1
     if [[ -f mkdocs.yml ]]; then
         echo "== mkdocs build --strict" >&2
-        PYTHONPATH="$TYPECHECK_TREE" "$VENV/bin/mkdocs" build --strict --quiet \
+        PYTHONPATH="$TYPECHECK_TREE" NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet \
             --site-dir "$ROOT/build/site" || failed=1
     fi
     return "$failed"
@@ -132,6 +134,10 @@ main() {
         test)
             ensure_venv
             exec "$VENV/bin/python" -m pytest -q "$@"
+            ;;
+        bench)
+            ensure_venv
+            exec "$VENV/bin/python" -m bench.run "$@"
             ;;
         lint)
             ensure_venv

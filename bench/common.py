@@ -345,8 +345,8 @@ class BrokerProc:
             self._tmp = tempfile.mkdtemp(prefix="gw-bench-")
             self.data_dir = Path(self._tmp)
         self._log = self.data_dir / "broker.log"
-        cmd = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
-               "--data-dir", str(self.data_dir / "data"), "--metrics-port", "-1",
+        cmd = [sys.executable, "-m", "groupwire", "broker", "--host", "127.0.0.1",
+               "--port", "0", "--data-dir", str(self.data_dir / "data"), "--metrics-port", "-1",
                "--log-format", "json", *self.extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         env["PYTHONPATH"] = os.pathsep.join(

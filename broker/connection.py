@@ -5,7 +5,8 @@ beyond the frame decoder. Backpressure: at most ``max_in_flight`` requests are t
 ahead of their answers; beyond that decoded frames wait and the transport stops reading.
 
 Heartbeats the coordinator settles on its fast path (``Coordinator.renew``) are answered
-with a pre-packed NONE body and counted once per batch of frames, not one by one.
+with a pre-packed NONE body; like every request they are in flight until answered, and
+each one's latency is its own. A failure there is logged and answered as on the full path.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, cast
 
+from groupwire.broker.host import ConnectionHost
 from groupwire.broker.logs import get_logger
 from groupwire.protocol.codec import (
     decode_heartbeat,
@@ -33,20 +35,18 @@ from groupwire.protocol.messages import (
     Response,
 )
 
-if TYPE_CHECKING:
-    from groupwire.broker.server import Broker
-
 log = get_logger("groupwire.connection")
 
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
 _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
                              SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1)
 _HEARTBEAT_NONE: Final = pack_body(HeartbeatResponse())
-_HEARTBEAT_KEY: Final = int(ApiKey.HEARTBEAT)
+_HEARTBEAT: Final = ApiKey.HEARTBEAT
+_NONE: Final = int(ErrorCode.NONE)
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker, conn_id: int) -> None:
+    def __init__(self, broker: ConnectionHost, conn_id: int) -> None:
         self.broker = broker
         self.conn_id = conn_id
         self.client_host = ""
@@ -109,24 +109,30 @@ class ClientConnection(asyncio.Protocol):
         broker = self.broker
         limit = broker.settings.max_in_flight_requests
         self._draining = True
-        started = time.perf_counter()
         # the heartbeat fast path, inlined: this loop runs once per request
         renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.clock()
         backlog, in_flight, out = self._backlog, self._in_flight, self._out
-        renewed = 0
+        clock = time.perf_counter
+        latencies: list[float] = []
         try:
             while backlog and len(in_flight) < limit and not self._closed:
                 payload = backlog.popleft()
                 heartbeat = decode_heartbeat(payload)
-                if heartbeat is not None and heartbeat[0] not in in_flight:
-                    try:
-                        settled = renew(conn_id, heartbeat, now_ms)
-                    except Exception:  # the full path runs it again, logs and answers
-                        settled = False
-                    if settled:
-                        out.append(frame_response_packed(heartbeat[0], _HEARTBEAT_NONE))
-                        renewed += 1
-                        continue
+                if heartbeat is not None:
+                    cid = heartbeat[0]
+                    if cid not in in_flight:  # a duplicate id: the full path closes
+                        t0 = clock()
+                        in_flight[cid] = (_HEARTBEAT, t0)
+                        try:
+                            renewal = renew(conn_id, heartbeat, now_ms)
+                        except Exception as exc:
+                            self._renew_failed(cid, exc)
+                            continue
+                        del in_flight[cid]  # answered now, or counted afresh below
+                        if renewal is not None:
+                            out.append(frame_response_packed(cid, _HEARTBEAT_NONE))
+                            latencies.append(clock() - t0)
+                            continue
                 self._handle_frame(payload)  # anything else, duplicate ids included
         finally:
             self._draining = False
@@ -136,10 +142,9 @@ class ClientConnection(asyncio.Protocol):
                     data = b"".join(out)
                     self._transport.write(data)
                     broker.metrics.bytes_out += len(data)
-            if renewed:
+            if latencies:
                 self._last_active = time.monotonic()
-                broker.metrics.answered_many(_HEARTBEAT_KEY, 0, time.perf_counter() - started,
-                                             renewed)
+                broker.metrics.answered_each(_HEARTBEAT, _NONE, latencies)
         should_pause = bool(self._backlog)
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause
@@ -147,6 +152,13 @@ class ClientConnection(asyncio.Protocol):
                 self._transport.pause_reading()
             else:
                 self._transport.resume_reading()
+
+    def _renew_failed(self, correlation_id: int, exc: Exception) -> None:
+        """The fast path raised: logged and answered as ``Broker.dispatch`` does."""
+        log.exception("request_failed", api="HeartbeatRequest", conn=self.conn_id)
+        self.reply(correlation_id, HeartbeatResponse(
+            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+            error_message=f"{type(exc).__name__}: {exc}"))
 
     def _handle_frame(self, payload: bytes) -> None:
         try:

@@ -102,21 +102,25 @@ class RequestStats(Collector):
         buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self._sums[api_key] += seconds
 
-    def answered_many(self, api_key: int, error_code: int, seconds: float, n: int) -> None:
-        """``n`` requests answered together, each after ``seconds`` (one batch's answers
-        leave in one write)."""
+    def answered_each(self, api_key: int, error_code: int, seconds: list[float]) -> None:
+        """Several requests of one api answered with one code, each after its own time."""
         key = (api_key, error_code)
         counts = self._counts
-        counts[key] = counts.get(key, 0) + n
+        counts[key] = counts.get(key, 0) + len(seconds)
         buckets = self._buckets.get(api_key)
         if buckets is None:
             buckets = self._buckets[api_key] = [0] * (len(LATENCY_BUCKETS) + 1)
             self._sums[api_key] = 0.0
-        buckets[bisect_left(LATENCY_BUCKETS, seconds)] += n
-        self._sums[api_key] += seconds * n
+        for s in seconds:
+            buckets[bisect_left(LATENCY_BUCKETS, s)] += 1
+        self._sums[api_key] += sum(seconds)
 
     def count(self, api_key: int, error_code: int) -> int:
         return self._counts.get((api_key, error_code), 0)
+
+    def observed(self, api_key: int) -> int:
+        """How many latencies of the api the histogram holds."""
+        return sum(self._buckets.get(api_key, ()))
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("groupwire_requests",
@@ -169,8 +173,8 @@ class BrokerMetrics:
     def answered(self, api_key: int, error_code: int, seconds: float) -> None:
         self.requests.answered(api_key, error_code, seconds)
 
-    def answered_many(self, api_key: int, error_code: int, seconds: float, n: int) -> None:
-        self.requests.answered_many(api_key, error_code, seconds, n)
+    def answered_each(self, api_key: int, error_code: int, seconds: list[float]) -> None:
+        self.requests.answered_each(api_key, error_code, seconds)
 
     def watch(self, views: StateViews) -> None:
         self.registry.register(_StateCollector(views, self))

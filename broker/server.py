@@ -21,6 +21,7 @@ from groupwire.broker.connection import ClientConnection
 from groupwire.broker.coordinator import (
     CancelTimer,
     Coordinator,
+    Renewal,
     RequestContext,
     Result,
     SetTimer,
@@ -31,6 +32,7 @@ from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.records import GroupMetadataRecord
 from groupwire.broker.durability import Durability
 from groupwire.broker.fetch import FetchManager
+from groupwire.broker.host import Peer
 from groupwire.broker.logs import get_logger
 from groupwire.broker.metrics import BrokerMetrics, StateViews
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
@@ -60,6 +62,7 @@ from groupwire.protocol.messages import (
     Response,
     SyncGroupResponse,
     TopicProduceResponse,
+    response_type_for,
 )
 
 log = get_logger("groupwire.broker")
@@ -99,9 +102,10 @@ class Broker:
         self._fetches: FetchManager | None = None
         self._topics: TopicApis | None = None
         self._handlers: dict[type, Callable[..., None]] = {}
-        self.renew_heartbeat: Callable[[int, HeartbeatFields, int], bool] = _not_started
-        """The heartbeat fast path, ``Coordinator.renew`` once started: True when the
-        heartbeat is settled with a plain NONE answer and nothing to execute; False:
+        self.renew_heartbeat: Callable[[int, HeartbeatFields, int], Renewal | None] = (
+            _not_started)
+        """The heartbeat fast path, ``Coordinator.renew`` once started: a Renewal when the
+        heartbeat is settled with a plain NONE answer and nothing to execute; None:
         ``dispatch`` it as usual. Connections pass ``clock()`` read once per batch."""
         self._retention_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
@@ -261,7 +265,7 @@ class Broker:
             self._connection_closed.clear()
             await self._connection_closed.wait()
 
-    def connection_lost(self, conn: ClientConnection) -> None:
+    def connection_lost(self, conn: Peer) -> None:
         if self._connections.pop(conn.conn_id, None) is None:
             return
         self._connection_closed.set()
@@ -273,14 +277,12 @@ class Broker:
 
     # --- dispatch -----------------------------------------------------------------------
 
-    def dispatch(self, conn: ClientConnection, correlation_id: int, client_id: str,
+    def dispatch(self, conn: Peer, correlation_id: int, client_id: str,
                  request: Request) -> None:
         try:
             self._dispatch(conn, correlation_id, client_id, request)
         except Exception as exc:
             log.exception("request_failed", api=type(request).__name__, conn=conn.conn_id)
-            from groupwire.protocol.messages import response_type_for
-
             conn.reply(correlation_id, response_type_for(request)(
                 error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
                 error_message=f"{type(exc).__name__}: {exc}"))
@@ -293,7 +295,7 @@ class Broker:
             max_frame_bytes=full.max_frame_bytes,
             error_message=f"ApiVersions v{version} is not supported; answered in v0")
 
-    def _dispatch(self, conn: ClientConnection, cid: int, client_id: str,
+    def _dispatch(self, conn: Peer, cid: int, client_id: str,
                   request: Request) -> None:
         handler = self._handlers.get(type(request))
         if handler is not None:
@@ -315,7 +317,7 @@ class Broker:
         durability, fetches = self._durability, self._fetches
         assert durability is not None and fetches is not None
 
-        def produce(conn: ClientConnection, cid: int, request: ProduceRequest) -> None:
+        def produce(conn: Peer, cid: int, request: ProduceRequest) -> None:
             response, wrote = topics.produce(request)
             if not wrote:
                 conn.reply(cid, response)
@@ -324,7 +326,7 @@ class Broker:
                 lambda err: conn.reply(cid, response if err is None
                                        else _storage_failed_produce(response, err)))
 
-        def fetch(conn: ClientConnection, cid: int, request: FetchRequest) -> None:
+        def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
             fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
 
         def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
@@ -482,8 +484,8 @@ class Broker:
         self._wake_at(self._timers.next_deadline())
 
 
-def _not_started(conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> bool:
-    return False
+def _not_started(conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> Renewal | None:
+    return None
 
 
 def _storage_failed_produce(response: ProduceResponse, error: Exception) -> ProduceResponse:

@@ -19,12 +19,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 from rich.console import Console
 
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.logs import configure_logging
+from groupwire.broker.server import Broker
+from groupwire.cli.running import run_loop
 from groupwire.client.connection import Connection
+from groupwire.client.producer import Producer
 from groupwire.protocol.batches import decode_records
 from groupwire.protocol.messages import (
     CreatableTopic,
@@ -38,9 +43,6 @@ from groupwire.protocol.messages import (
     ListOffsetsResponse,
     ListOffsetsTopic,
 )
-
-if TYPE_CHECKING:
-    from groupwire.broker.server import Broker
 
 TOPIC = "demo-orders"
 GROUP = "demo-billing"
@@ -67,13 +69,6 @@ class _Signals:
     grace_ms: int = 0
 
 
-_current: list[_Signals] = []
-
-
-def _signals() -> _Signals:
-    return _current[-1]
-
-
 @dataclass
 class ConsumerProc:
     name: str
@@ -83,10 +78,7 @@ class ConsumerProc:
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> int:
-    from groupwire.broker.config import BrokerSettings
-    from groupwire.broker.server import Broker
-
-    _current.append(_Signals())
+    """Run the scenario on a broker of its own; 0 if every produced message was consumed."""
     with contextlib.ExitStack() as stack:
         data_dir = opts.data_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="groupwire-demo-")))
@@ -95,15 +87,16 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
             group_initial_rebalance_delay_ms=1000, log_level="error"))
         await broker.start()
         try:
-            return await _scenario(broker, opts, console)
+            signals = _Signals(session_timeout_ms=opts.session_timeout_ms,
+                               grace_ms=broker.settings.connection_loss_grace_ms)
+            return await _scenario(broker, opts, console, signals)
         finally:
             await broker.close()
 
 
-async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
+async def _scenario(broker: Broker, opts: DemoOptions, console: Console,
+                    signals: _Signals) -> int:
     bootstrap = f"127.0.0.1:{broker.port}"
-    _signals().session_timeout_ms = opts.session_timeout_ms
-    _signals().grace_ms = broker.settings.connection_loss_grace_ms
     console.print(f"[bold]broker[/] listening on {bootstrap} "
                   f"(data in {broker.settings.data_dir})")
     admin = await Connection.open("127.0.0.1", broker.port, client_id="demo-admin")
@@ -114,13 +107,14 @@ async def _scenario(broker: Broker, opts: DemoOptions, console: Console) -> int:
                   f"{opts.consumers} consumers join group [cyan]{GROUP}[/]")
     consumers = [await _spawn(f"consumer-{i + 1}", bootstrap, opts)
                  for i in range(opts.consumers)]
-    readers = [asyncio.ensure_future(_read_output(c)) for c in consumers]
-    watcher = asyncio.ensure_future(_watch_events(broker.port, events_from, console))
+    readers = [asyncio.ensure_future(_read_output(c, signals)) for c in consumers]
+    watcher = asyncio.ensure_future(_watch_events(broker.port, events_from, console,
+                                                 signals))
     try:
-        await _wait_stable(watcher, opts.consumers)
-        produced = await _produce(bootstrap, opts, consumers, console)
+        await _wait_stable(watcher, opts.consumers, signals)
+        produced = await _produce(bootstrap, opts, consumers, console, signals)
         total = sum(produced.values())
-        await _wait_consumed(consumers, produced, console)
+        await _wait_consumed(consumers, produced, console, signals)
     finally:
         watcher.cancel()  # the consumers' shutdown is not part of the story
         for c in consumers:
@@ -156,13 +150,13 @@ async def _spawn(name: str, bootstrap: str, opts: DemoOptions) -> ConsumerProc:
     return ConsumerProc(name, proc)
 
 
-async def _read_output(consumer: ConsumerProc) -> None:
+async def _read_output(consumer: ConsumerProc, signals: _Signals) -> None:
     assert consumer.proc.stdout is not None
     async for line in consumer.proc.stdout:
         with contextlib.suppress(ValueError):
             for partition, offset in json.loads(line)["records"]:
                 consumer.seen.add((partition, offset))
-        _signals().progress.set()
+        signals.progress.set()
 
 
 async def _end_offset(conn: Connection, topic: str, partition: int) -> int:
@@ -173,7 +167,8 @@ async def _end_offset(conn: Connection, topic: str, partition: int) -> int:
     return resp.topics[0].partitions[0].offset
 
 
-async def _watch_events(port: int, offset: int, console: Console) -> None:
+async def _watch_events(port: int, offset: int, console: Console,
+                        signals: _Signals) -> None:
     """Print the group's events as the broker writes them (a long-poll fetch loop)."""
     conn = await Connection.open("127.0.0.1", port, client_id="demo-events")
     members: set[str] = set()
@@ -188,12 +183,13 @@ async def _watch_events(port: int, offset: int, console: Console) -> None:
                 assert rec.value is not None
                 event = msgpack.unpackb(rec.value, raw=False)
                 if event["group_id"] == GROUP:
-                    _show(event, members, console)
+                    _show(event, members, console, signals)
     finally:
         await conn.close()
 
 
-def _show(event: dict[str, object], members: set[str], console: Console) -> None:
+def _show(event: dict[str, object], members: set[str], console: Console,
+          signals: _Signals) -> None:
     kind = event["type"]
     who = str(event.get("member_id") or "")[:24]
     parts = _fmt_partitions(event.get("partitions"))
@@ -210,15 +206,15 @@ def _show(event: dict[str, object], members: set[str], console: Console) -> None
     elif kind == "rebalance_completed":
         console.print(f"  [bold]rebalance done[/] in {event.get('duration_ms')} ms: "
                       f"generation {event.get('generation_id')}, moved {parts}")
-        killed_at = _signals().killed_at
+        killed_at = signals.killed_at
         if killed_at is not None:
             since = (time.monotonic() - killed_at) * 1000
             console.print(f"  [bold green]failover[/]: the survivors own the dead consumer's "
                           f"partitions {since:.0f} ms after the kill (session timeout "
-                          f"{_signals().session_timeout_ms} ms, connection-loss grace "
-                          f"{_signals().grace_ms} ms)")
-            _signals().killed_at = None
-        _signals().stable.put_nowait(len(members))
+                          f"{signals.session_timeout_ms} ms, connection-loss grace "
+                          f"{signals.grace_ms} ms)")
+            signals.killed_at = None
+        signals.stable.put_nowait(len(members))
 
 
 def _fmt_partitions(value: object) -> str:
@@ -228,9 +224,10 @@ def _fmt_partitions(value: object) -> str:
     return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in value)
 
 
-async def _wait_stable(watcher: asyncio.Future[None], members: int) -> None:
+async def _wait_stable(watcher: asyncio.Future[None], members: int,
+                       signals: _Signals) -> None:
     while True:
-        getter: asyncio.Future[Any] = asyncio.ensure_future(_signals().stable.get())
+        getter: asyncio.Future[Any] = asyncio.ensure_future(signals.stable.get())
         waiting: list[asyncio.Future[Any]] = [getter, watcher]
         done, _ = await asyncio.wait(waiting, timeout=60,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -244,9 +241,7 @@ async def _wait_stable(watcher: asyncio.Future[None], members: int) -> None:
 
 
 async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerProc],
-                   console: Console) -> dict[int, int]:
-    from groupwire.client import Producer
-
+                   console: Console, signals: _Signals) -> dict[int, int]:
     produced: dict[int, int] = {}
     victim = consumers[1] if len(consumers) > 1 else None
     async with Producer(bootstrap, client_id="demo-producer", linger_ms=5) as producer:
@@ -260,7 +255,7 @@ async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerPr
                               f"{victim.proc.pid}) after {i} messages")
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.alive = False
-                _signals().killed_at = time.monotonic()
+                signals.killed_at = time.monotonic()
             if len(pending) >= 50:
                 for meta in await asyncio.gather(*pending):
                     produced[meta.partition] = produced.get(meta.partition, 0) + 1
@@ -275,9 +270,9 @@ async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerPr
 
 
 async def _wait_consumed(consumers: list[ConsumerProc], produced: dict[int, int],
-                         console: Console) -> None:
+                         console: Console, signals: _Signals) -> None:
     wanted = {(p, o) for p, n in produced.items() for o in range(n)}
-    progress = _signals().progress
+    progress = signals.progress
     deadline = time.monotonic() + 60
     while not wanted <= set().union(*(c.seen for c in consumers)):
         progress.clear()
@@ -287,6 +282,22 @@ async def _wait_consumed(consumers: list[ConsumerProc], produced: dict[int, int]
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(progress.wait(), left)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``demo`` to the ``groupwire`` subparsers."""
+    p = subparsers.add_parser(
+        "demo", help="a broker, a producer and three consumers; one is killed",
+        description="Start a broker on embedded storage, produce to a topic consumed by a "
+        "group of consumer processes, SIGKILL one of them and show the rebalance as it "
+        "happens; exit 0 if nothing was lost.")
+    add_arguments(p)
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    configure_logging("console", "error")
+    return run_loop(lambda: run_demo(options_from(args), Console()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

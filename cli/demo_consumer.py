@@ -14,11 +14,11 @@ import json
 import signal
 import sys
 
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import CommitFailedError, RebalanceInProgressError
+
 
 async def consume(args: argparse.Namespace) -> None:
-    from groupwire.client import Consumer
-    from groupwire.client.errors import CommitFailedError, RebalanceInProgressError
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -9,7 +9,6 @@ the subcommand to the ``groupwire`` parser.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import json
 import os
@@ -19,6 +18,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+
+from groupwire.cli.arguments import parse_address
+from groupwire.cli.errors import CliError
+from groupwire.cli.health import check_health
+from groupwire.cli.running import run_loop
+from groupwire.pipeline.report.options import ReportError, add_arguments, parse_since
 
 SPARK_LOG = "spark.log"
 SUMMARY_PREFIX = "report-summary: "
@@ -89,12 +96,7 @@ def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from groupwire.cli.main import CliError, check_health, parse_bootstrap
-    from groupwire.pipeline.report.job import ReportError, parse_since
-
-    host, port = parse_bootstrap(args.bootstrap)
+    host, port = parse_address(args.bootstrap)
     try:
         since_ms = parse_since(args.since) if args.since is not None else None
     except ReportError as exc:
@@ -102,7 +104,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     reason = spark_missing()
     if reason is not None:
         raise CliError(reason)
-    health = asyncio.run(check_health(host, port, 5.0))
+    health = run_loop(lambda: check_health(host, port, 5.0))
     if not health["ok"]:
         raise CliError(f"broker {host}:{port} does not answer: {health['error']}")
     out: Path = args.out
@@ -127,13 +129,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from groupwire.pipeline.report.job import add_arguments
-
+    """Add ``report`` (the job's own flags, with a local master) to the subparsers."""
     p = subparsers.add_parser(
         "report", help="rebalance report: Parquet tables and an HTML page (runs Spark)",
         description="Read __group_events through the groupwire Spark data source and write "
                     "rebalances, member sessions and partition ownership as Parquet, plus "
                     "report.html with charts, under --out. Needs the spark extra and Java 17. "
-                    "On a cluster, spark-submit the module pipeline.report instead.")
+                    "On a cluster, spark-submit the module groupwire.pipeline.report "
+                    "instead.")
     add_arguments(p, default_master="local[*]")
     p.set_defaults(func=_cmd_report)

@@ -13,10 +13,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from groupwire.client.connection import Connection, ConnectionClosedError
+from groupwire.client.connection import Connection
 from groupwire.client.errors import (
+    BrokerNotAvailableError,
     ClientClosedError,
-    GroupwireError,
+    ConnectionClosedError,
+    IncompatibleBrokerError,
     RequestTimedOutError,
     error_for,
 )
@@ -48,14 +50,6 @@ IDEMPOTENT_APIS: Final = frozenset({
 
 SOFTWARE_NAME: Final = "groupwire-python"
 SOFTWARE_VERSION: Final = "0.1"
-
-
-class BrokerNotAvailableError(GroupwireError, ConnectionError):
-    """No broker of the bootstrap list could be reached (and checked) in time."""
-
-
-class IncompatibleBrokerError(GroupwireError):
-    """The broker's ApiVersions share no version with this client for an API it needs."""
 
 
 def backoff_s(attempt: int, base_ms: int, max_ms: int, rng: random.Random | None = None,

@@ -12,6 +12,8 @@ import contextlib
 import itertools
 from typing import TypeVar
 
+from groupwire.client.errors import ConnectionClosedError
+from groupwire.client.supervisor import cancel_and_wait
 from groupwire.protocol.codec import decode_response_body, decode_response_envelope, encode_request
 from groupwire.protocol.errors import BodyError, ProtocolError, RemoteProtocolError
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
@@ -21,10 +23,6 @@ R = TypeVar("R", bound=Response)
 
 _READ_CHUNK = 256 * 1024
 _MAX_ABANDONED = 4096
-
-
-class ConnectionClosedError(ConnectionError):
-    """The connection closed (or failed) before the response arrived."""
 
 
 class Connection:
@@ -128,9 +126,7 @@ class Connection:
 
     async def close(self) -> None:
         self._fail(ConnectionClosedError("closed by client"))
-        self._read_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._read_task
+        await cancel_and_wait([self._read_task], None)
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
 

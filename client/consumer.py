@@ -1,14 +1,22 @@
 """The Consumer: aiokafka's shape, Kafka Java's membership (reference §15).
 
-What runs where:
+A thin facade over the parts that each hold one idea:
 
-* The application's loop runs every poll (``getmany``/``getone``/iteration). Joins and
-  syncs are driven from polls: the JoinGroup/SyncGroup exchange runs as a task on this loop
-  and its outcome (listener callbacks, new positions) is applied inside a later poll, so
-  callbacks run on the app's loop, inside its poll. Fetches run here too, one in flight.
-* The heartbeat thread (:mod:`client.heartbeat`) runs its own loop and connection, reports
-  poll age, and leaves the group when the app stops polling.
-* :class:`~client.membership.Membership` (pure) is shared by both under a lock.
+* :mod:`~groupwire.client.rebalance` — session checks, lost partitions, joins and their
+  listener callbacks, leaving; driven from polls, so callbacks run on the app's loop,
+  inside its poll. The JoinGroup/SyncGroup exchange (:mod:`~groupwire.client.joiner`)
+  runs as a task and its outcome is applied by a later poll.
+* :mod:`~groupwire.client.commits` — commits, their retries and auto-commit.
+* :mod:`~groupwire.client.metadata_watch` — the periodic check that asks for a rebalance
+  when subscribed metadata changed.
+* :mod:`~groupwire.client.fetcher` — positions and one prefetch in flight.
+* The heartbeat thread (:mod:`~groupwire.client.heartbeat`) runs its own loop and
+  connection, reports poll age, and leaves the group when the app stops polling.
+
+:class:`~groupwire.client.membership.Membership` (pure) is shared by the app's loop and
+the heartbeat thread under a lock; both read time from one injected
+:data:`~groupwire.client.clock.Clock`. Tasks on the app's loop belong to one
+:class:`~groupwire.client.supervisor.TaskSupervisor`.
 """
 
 from __future__ import annotations
@@ -25,44 +33,38 @@ from groupwire.client.assignors import (
     get_assignor,
     rebalance_protocol_for,
 )
+from groupwire.client.clock import Clock, monotonic_ms
+from groupwire.client.commits import Committer
 from groupwire.client.errors import (
+    BackgroundTaskError,
     ClientClosedError,
-    CommitFailedError,
-    FencedInstanceIdError,
     IllegalStateError,
-    ListenerError,
-    RebalanceInProgressError,
     error_for,
 )
 from groupwire.client.fetcher import EARLIEST, LATEST, Fetcher
-from groupwire.client.heartbeat import HeartbeatThread, monotonic_ms
+from groupwire.client.heartbeat import HeartbeatThread
 from groupwire.client.joiner import Joiner
-from groupwire.client.link import CoordinatorLink, backoff_ms
-from groupwire.client.listener import RebalanceListener, invoke
-from groupwire.client.membership import CommitCheck, Generation, Membership, MemberState
+from groupwire.client.link import CoordinatorLink
+from groupwire.client.listener import RebalanceListener
+from groupwire.client.membership import Membership, MemberState
+from groupwire.client.metadata_watch import MetadataWatch
+from groupwire.client.rebalance import Rebalancer
 from groupwire.client.subscription import SubscriptionState
+from groupwire.client.supervisor import TaskSupervisor
 from groupwire.client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
-from groupwire.protocol.errors import ErrorCode
-from groupwire.protocol.messages import (
-    FetchGroup,
-    LeaveGroupRequest,
-    MemberIdentity,
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-)
+from groupwire.protocol.messages import FetchGroup
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("groupwire.consumer")
 
-_GROUP_ERRORS = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION,
-                           ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
-
 
 class Consumer:
-    """An async consumer; ``async with Consumer(...) as c:`` starts and closes it."""
+    """An async consumer; ``async with Consumer(...) as c:`` starts and closes it.
+
+    ``clock`` (monotonic milliseconds; default the process's monotonic clock) is the one
+    source of time for the consumer and its heartbeat thread: tests pass their own.
+    """
 
     def __init__(self, bootstrap: str | list[str], *, group_id: str | None = None,
                  client_id: str = "groupwire", group_instance_id: str | None = None,
@@ -74,7 +76,8 @@ class Consumer:
                  fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
-                 metadata_max_age_ms: int = 30000, close_timeout_ms: int = 5000) -> None:
+                 metadata_max_age_ms: int = 30000, close_timeout_ms: int = 5000,
+                 clock: Clock = monotonic_ms) -> None:
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
         if max_poll_records < 1:
@@ -83,24 +86,22 @@ class Consumer:
         self.group_id = group_id
         self.client_id = client_id
         self.group_instance_id = group_instance_id
+        self._clock = clock
         self._session_ms = session_timeout_ms
         self._heartbeat_ms = heartbeat_interval_ms
-        self._max_poll_ms = max_poll_interval_ms
-        self._rebalance_ms = rebalance_timeout_ms or max_poll_interval_ms
-        self._assignors = [get_assignor(a) for a in partition_assignment_strategy]
-        self._protocol = rebalance_protocol_for(self._assignors)
-        self._auto_commit = enable_auto_commit and group_id is not None
-        self._auto_commit_ms = auto_commit_interval_ms
-        self._max_poll_records = max_poll_records
-        self._request_timeout = request_timeout_ms / 1000
+        self._request_timeout_ms = request_timeout_ms
         self._backoff_ms = retry_backoff_ms
-        self._metadata_age_ms = metadata_max_age_ms
+        self._max_poll_records = max_poll_records
         self._close_timeout = close_timeout_ms / 1000
         self._fetch_max_wait_ms = fetch_max_wait_ms
+        rebalance_ms = rebalance_timeout_ms or max_poll_interval_ms
+        assignors = [get_assignor(a) for a in partition_assignment_strategy]
+        protocol = rebalance_protocol_for(assignors)
         self._lock = threading.Lock()
         self._m = Membership(group_instance_id=group_instance_id,
-                             max_poll_interval_ms=max_poll_interval_ms, now_ms=monotonic_ms())
+                             max_poll_interval_ms=max_poll_interval_ms, now_ms=clock())
         self._subs = SubscriptionState()
+        self._tasks = TaskSupervisor("groupwire-consumer", on_crash=self._wake)
         self._link = CoordinatorLink(
             self._bootstrap, group_id=group_id, client_id=client_id,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
@@ -108,27 +109,40 @@ class Consumer:
             self._subs, self._link.send, auto_offset_reset=auto_offset_reset,
             fetch_max_wait_ms=fetch_max_wait_ms, fetch_min_bytes=fetch_min_bytes,
             fetch_max_bytes=fetch_max_bytes, max_partition_fetch_bytes=max_partition_fetch_bytes,
-            retry_backoff_ms=retry_backoff_ms)
-        self._listener: RebalanceListener | None = None
-        self._listener_error: ListenerError | None = None
+            retry_backoff_ms=retry_backoff_ms,
+            spawn=lambda coro, name: self._tasks.spawn(coro, name=name))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._hb: HeartbeatThread | None = None
-        self._join_task: asyncio.Task[list[TopicPartition] | None] | None = None
-        self._leave_task: asyncio.Task[None] | None = None
+        self._hb_error: BackgroundTaskError | None = None
         self._started = False
         self._closing = False   # close() running: listeners may still commit
         self._closed = False
-        self._next_autocommit_ms = 0
-        self._next_metadata_ms = 0
         self._joiner = Joiner(
             link=self._link, membership=self._m, lock=self._lock, subs=self._subs,
             group_id=group_id or "", group_instance_id=group_instance_id,
-            assignors=self._assignors, protocol=self._protocol,
-            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=self._rebalance_ms,
+            assignors=assignors, protocol=protocol,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_ms,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
-            wake_heartbeat=self._wake_heartbeat, is_closed=lambda: self._closed)
+            wake_heartbeat=self._wake_heartbeat, is_closed=lambda: self._closed, clock=clock)
+        self._commits = Committer(
+            group_id=group_id, group_instance_id=group_instance_id, membership=self._m,
+            lock=self._lock, subs=self._subs, link=self._link, clock=clock,
+            auto_commit=enable_auto_commit and group_id is not None,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            check_open=self._check_open, wake=self._wake)
+        self._metadata = MetadataWatch(
+            joiner=self._joiner, membership=self._m, lock=self._lock, subs=self._subs,
+            clock=clock, max_age_ms=metadata_max_age_ms,
+            is_joining=lambda: self._rebalance.joining)
+        self._rebalance = Rebalancer(
+            group_id=group_id, group_instance_id=group_instance_id, membership=self._m,
+            lock=self._lock, subs=self._subs, link=self._link, joiner=self._joiner,
+            committer=self._commits, protocol=protocol, clock=clock,
+            session_timeout_ms=session_timeout_ms, tasks=self._tasks, wake=self._wake,
+            on_assigned=self._on_assigned)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -142,16 +156,18 @@ class Consumer:
         self._changed = asyncio.Event()
         self._fetcher.on_done = self._wake
         await self._link.connection()
+        await self._tasks.start()
         if self.group_id is not None:
             self._hb = HeartbeatThread(
                 membership=self._m, lock=self._lock, group_id=self.group_id,
                 address=lambda: self._link.coordinator, client_id=self.client_id,
                 heartbeat_interval_ms=self._heartbeat_ms, session_timeout_ms=self._session_ms,
-                request_timeout_ms=int(self._request_timeout * 1000),
-                retry_backoff_ms=self._backoff_ms, notify=self._notify_threadsafe)
+                request_timeout_ms=self._request_timeout_ms,
+                retry_backoff_ms=self._backoff_ms, notify=self._notify_threadsafe,
+                clock=self._clock)
             self._hb.start()
-        self._next_autocommit_ms = monotonic_ms() + self._auto_commit_ms
-        self._next_metadata_ms = monotonic_ms() + self._metadata_age_ms
+        self._commits.start()
+        self._metadata.postpone()
         self._started = True
 
     async def close(self) -> None:
@@ -163,54 +179,24 @@ class Consumer:
             self._closed = True
             return
         try:
-            await asyncio.wait_for(self._close_group(), self._close_timeout)
+            await asyncio.wait_for(self._rebalance.close_group(self._stop_heartbeat),
+                                   self._close_timeout)
         except Exception as exc:  # close must finish whatever happens
             log.warning("consumer close: %s", exc)
         finally:
             self._closed = True
-            tasks = [t for t in (self._join_task, self._fetcher.cancel()) if t is not None]
-            for task in tasks:
-                task.cancel()
-            if self._leave_task is not None:
-                tasks.append(self._leave_task)  # let an unsubscribe's LeaveGroup finish
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True),
-                                       self._close_timeout)
-            if self._hb is not None:
-                await asyncio.to_thread(self._hb.stop, self._close_timeout)
+            self._fetcher.cancel()
+            leave = self._rebalance.leave_task  # let an unsubscribe's LeaveGroup finish
+            await self._tasks.close(self._close_timeout,
+                                    keep=[leave] if leave is not None else [])
+            await self._stop_heartbeat()
             await self._link.close()
             with self._lock:
                 self._m.close()
 
-    async def _close_group(self) -> None:
-        if self.group_id is None:
-            return
-        if self._subs.manual:
-            if self._auto_commit:
-                with contextlib.suppress(Exception):
-                    await self.commit()
-            return
-        with self._lock:
-            lost = self._m.take_lost()
-            state = self._m.state
-            member = self._m.generation
-        owned = self._subs.assigned()
-        if owned:
-            if lost or state != MemberState.STABLE:
-                await self._call_listener("on_partitions_lost", owned)
-            else:
-                if self._auto_commit:
-                    with contextlib.suppress(Exception):
-                        await self.commit()
-                await self._call_listener("on_partitions_revoked", owned)
-        self._subs.set_assignment(())
+    async def _stop_heartbeat(self) -> None:
         if self._hb is not None:
             await asyncio.to_thread(self._hb.stop, self._close_timeout)
-        if self.group_instance_id is None and member.member_id:
-            with contextlib.suppress(Exception):
-                await self._link.send(LeaveGroupRequest(group_id=self.group_id, members=[
-                    MemberIdentity(member_id=member.member_id,
-                                   reason="the consumer is being closed")]), retry=False)
 
     async def __aenter__(self) -> Consumer:
         await self.start()
@@ -228,7 +214,7 @@ class Consumer:
         if isinstance(topics, str):
             topics = [topics]
         self._subs.subscribe(topics, pattern)
-        self._listener = listener
+        self._rebalance.listener = listener
         with self._lock:
             self._m.request_rejoin()
         self._wake()
@@ -244,25 +230,14 @@ class Consumer:
         self._subs.unsubscribe()
         if not was_member or not self._started:
             return
-        if self._join_task is not None:
-            self._join_task.cancel()
-            self._join_task = None
-        with self._lock:
-            stable = self._m.state == MemberState.STABLE
-            leave = self._m.leave()
-        self._leave_task = asyncio.get_running_loop().create_task(
-            self._after_unsubscribe(owned, stable, leave), name="groupwire-unsubscribe")
+        self._rebalance.unsubscribe(owned)
 
-    async def _after_unsubscribe(self, owned: set[TopicPartition], stable: bool,
-                                 leave: Generation | None) -> None:
-        if owned:
-            await self._call_listener(
-                "on_partitions_revoked" if stable else "on_partitions_lost", owned)
-        if leave is not None and self.group_id is not None:
-            with contextlib.suppress(Exception):
-                await self._link.send(LeaveGroupRequest(group_id=self.group_id, members=[
-                    MemberIdentity(member_id=leave.member_id,
-                                   reason="the consumer unsubscribed")]), retry=False)
+    async def wait_for_leave(self) -> None:
+        """Wait until the revoke-and-leave started by ``unsubscribe()`` has finished
+        (returns at once when none is pending)."""
+        task = self._rebalance.leave_task
+        if task is not None:
+            await asyncio.wait({task})
 
     def assignment(self) -> set[TopicPartition]:
         return self._subs.assigned()
@@ -346,13 +321,13 @@ class Consumer:
         """Records by partition, waiting up to ``timeout_ms`` for some (a poll)."""
         self._check_open()
         with self._lock:
-            self._m.poll_started(monotonic_ms())
+            self._m.poll_started(self._clock())
         try:
             return await self._poll(timeout_ms, max_records or self._max_poll_records,
                                     set(partitions))
         finally:
             with self._lock:
-                self._m.poll_ended(monotonic_ms())
+                self._m.poll_ended(self._clock())
 
     async def getone(self, *partitions: TopicPartition) -> Record:
         while True:
@@ -424,237 +399,48 @@ class Consumer:
     def _raise_pending(self) -> None:
         if self._closed or self._closing:
             raise ClientClosedError("consumer is closed")
-        if self._listener_error is not None:
-            err, self._listener_error = self._listener_error, None
+        if self._tasks.error is not None:
+            raise self._tasks.error
+        self._check_heartbeat_thread()
+        err = self._rebalance.take_listener_error()
+        if err is not None:
             raise err
         if self._m.fatal_code is not None:
             raise error_for(self._m.fatal_code, "this member was fenced or cannot join")
 
-    # --- membership, driven by polls ---------------------------------------------------
+    def _check_heartbeat_thread(self) -> None:
+        if self._hb_error is None and self._hb is not None and self._hb.error is not None:
+            err = BackgroundTaskError(f"the heartbeat thread crashed: {self._hb.error!r}")
+            err.__cause__ = self._hb.error
+            self._hb_error = err
+        if self._hb_error is not None:
+            raise self._hb_error
 
     async def _coordinator_poll(self) -> None:
+        """Membership first (lost, joins, assignments), then commits and metadata."""
         if self.group_id is None or not self._subs.subscribed:
-            await self._maybe_autocommit()
+            await self._commits.maybe_autocommit()
             return
-        with self._lock:
-            if self._m.check_session(monotonic_ms(), self._session_ms):
-                log.warning("no heartbeat answer for a session timeout: partitions of "
-                            "group %s presumed lost, buffered records dropped", self.group_id)
-            lost = self._m.take_lost()
-        if lost:
-            owned = self._subs.assigned()
-            self._subs.set_assignment(())
-            if owned:
-                await self._call_listener("on_partitions_lost", owned)
-        task = self._join_task
-        if task is not None and task.done():
-            self._join_task = None
-            try:
-                assigned = task.result()
-            except Exception:
-                # e.g. an assignor or a malformed assignment: surface it, rejoin next poll
-                with self._lock:
-                    self._m.connection_failed()
-                    self._m.request_rejoin()
-                raise
-            if assigned is not None:
-                await self._apply_assignment(assigned)
-        with self._lock:
-            join = self._join_task is None and self._m.needs_join()
-        if join:
-            await self._on_join_prepare()
-            self._join_task = asyncio.get_running_loop().create_task(
-                self._joiner.join_and_sync(), name="groupwire-join")
-            self._join_task.add_done_callback(lambda _t: self._wake())
-            return
-        await self._maybe_autocommit()
-        await self._maybe_check_metadata()
+        if await self._rebalance.poll():
+            return  # a join started
+        await self._commits.maybe_autocommit()
+        await self._metadata.maybe_check()
 
-    async def _on_join_prepare(self) -> None:
-        """Eager: commit then revoke everything. Cooperative: revoke unsubscribed topics."""
-        owned = self._subs.assigned()
-        if not owned:
-            return
-        if self._protocol == "eager":
-            if self._auto_commit:
-                await self._commit_quietly()
-            await self._call_listener("on_partitions_revoked", owned)
-            self._subs.set_assignment(())
-        else:
-            gone = {tp for tp in owned if tp.topic not in self._current_topics()}
-            if gone:
-                if self._auto_commit:
-                    await self._commit_quietly(gone)
-                await self._call_listener("on_partitions_revoked", gone)
-                self._subs.set_assignment(owned - gone)
-
-    def _current_topics(self) -> frozenset[str]:
-        return self._joiner.joined_topics if self._subs.pattern is not None else self._subs.topics
-
-    async def _apply_assignment(self, assigned: list[TopicPartition]) -> None:
-        new = set(assigned)
-        old = self._subs.assigned()
-        self._joiner.last_assignment = sorted(new)
-        if self._protocol == "cooperative":
-            revoked = old - new
-            added = new - old
-            if revoked:
-                if self._auto_commit:
-                    await self._commit_quietly(revoked)
-                await self._call_listener("on_partitions_revoked", revoked)
-                with self._lock:
-                    self._m.request_rejoin()
-            self._subs.set_assignment(new)
-            await self._call_listener("on_partitions_assigned", added)
-        else:
-            self._subs.set_assignment(new)
-            await self._call_listener("on_partitions_assigned", new)
-        self._next_metadata_ms = monotonic_ms() + self._metadata_age_ms
-        if self._hb is not None:
-            self._hb.wake()
-
-    async def _maybe_check_metadata(self) -> None:
-        """Rejoin when a pattern matches new topics or (leader) partition counts changed."""
-        now = monotonic_ms()
-        if now < self._next_metadata_ms:
-            return
-        self._next_metadata_ms = now + self._metadata_age_ms
-        with self._lock:
-            stable = self._m.state == MemberState.STABLE and not self._m.rejoin_needed
-            leader = self._m.is_leader()
-            generation = self._m.generation
-        if not stable or self._join_task is not None:
-            return
-        try:
-            counts = await self._joiner.partition_counts(
-                None if self._subs.pattern is not None else sorted(self._subs.topics))
-        except Exception as exc:  # try again next time
-            log.debug("metadata check failed: %s", exc)
-            return
-        rejoin = False
-        joined = self._joiner.joined_topics
-        if self._subs.pattern is not None and self._subs.match(counts) != joined:
-            rejoin = True
-        if leader and self._joiner.assigned_counts is not None:
-            for topic, n in counts.items():
-                known = self._joiner.assigned_counts.get(topic)
-                if (n != known) if known is not None else topic in self._current_topics():
-                    rejoin = True
-        if rejoin:
-            with self._lock:
-                if self._join_task is not None or self._m.generation != generation:
-                    return  # a rebalance started meanwhile: it reads fresh metadata anyway
-                self._m.request_rejoin()
-            log.info("subscribed metadata changed: rejoining")
-
-    async def _call_listener(self, name: str, partitions: set[TopicPartition]) -> None:
-        if self._listener is None:
-            return
-        try:
-            await invoke(getattr(self._listener, name)(set(partitions)))
-        except Exception as exc:  # surfaces on the next poll
-            log.warning("rebalance listener %s raised: %r", name, exc)
-            if self._listener_error is None:
-                err = ListenerError(f"{name} raised {exc!r}")
-                err.__cause__ = exc
-                self._listener_error = err
+    def _on_assigned(self) -> None:
+        self._metadata.postpone()
+        self._wake_heartbeat()
 
     # --- commits -----------------------------------------------------------------------
 
     async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
                      | None = None) -> None:
         """Commit ``offsets`` (default: positions of every assigned partition)."""
-        self._check_open()
-        if self.group_id is None:
-            raise IllegalStateError("commit() needs a group_id")
-        if offsets is None:
-            chosen: dict[TopicPartition, OffsetAndMetadata] = {
-                tp: OffsetAndMetadata(st.position)
-                for tp, st in self._subs.partitions.items() if st.position is not None}
-        else:
-            chosen = {TopicPartition(*tp): (o if isinstance(o, OffsetAndMetadata)
-                                            else OffsetAndMetadata(o))
-                      for tp, o in offsets.items()}
-        if not chosen:
-            return
-        if self._subs.manual:
-            generation, member_id = -1, ""
-        else:
-            with self._lock:
-                check = self._m.commit_check()
-                sent = self._m.generation
-            if check == CommitCheck.REBALANCING:
-                raise RebalanceInProgressError("the group is rebalancing; commit after it")
-            if check == CommitCheck.FAILED:
-                raise CommitFailedError(
-                    "this member is no longer in the group (poll interval expired, "
-                    "removed or fenced): its partitions may belong to others now")
-            generation, member_id = sent.generation_id, sent.member_id
-        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
-        for tp, om in chosen.items():
-            by_topic.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
-                partition_index=tp.partition, committed_offset=om.offset,
-                committed_metadata=om.metadata or None))
-        request = OffsetCommitRequest(
-            group_id=self.group_id, generation_id=generation, member_id=member_id,
-            group_instance_id=self.group_instance_id if generation >= 0 else None,
-            topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
-                    for t, ps in by_topic.items()])
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._request_timeout
-        attempt = 0
-        while True:
-            resp = await self._link.send(request, response_type=OffsetCommitResponse)
-            codes = {p.error_code for t in resp.topics for p in t.partitions}
-            codes = (codes | {resp.error_code}) - {ErrorCode.NONE}
-            if not codes:
-                return
-            code = min(codes, key=lambda c: (c not in _GROUP_ERRORS, c))
-            if (code in _GROUP_ERRORS or code == ErrorCode.PARTITION_NOT_OWNED
-                    or not error_for(code).retriable or loop.time() >= deadline):
-                break
-            attempt += 1  # retriable (coordinator moving, timeouts): back off and resend
-            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                await self._link.drop()
-            await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
-        if code in _GROUP_ERRORS and generation >= 0:
-            with self._lock:
-                self._m.on_commit_error(code, sent, monotonic_ms())
-            self._wake()
-            if code == ErrorCode.REBALANCE_IN_PROGRESS:
-                raise RebalanceInProgressError("the group began rebalancing; commit after it")
-            if code == ErrorCode.FENCED_INSTANCE_ID:
-                raise FencedInstanceIdError("another consumer took this group_instance_id")
-            raise CommitFailedError(f"commit refused ({ErrorCode.name_of(code)}): the group "
-                                    "moved to a new generation without this member")
-        if code == ErrorCode.PARTITION_NOT_OWNED:
-            raise CommitFailedError("commit refused: partitions not owned by this member")
-        raise error_for(code, "commit failed")
-
-    async def _commit_quietly(self, only: set[TopicPartition] | None = None) -> None:
-        offsets = {tp: st.position for tp, st in self._subs.partitions.items()
-                   if st.position is not None and (only is None or tp in only)}
-        if not offsets:
-            return
-        try:
-            await self.commit(dict(offsets))
-        except Exception as exc:  # auto-commit failures are logged
-            log.warning("auto-commit failed: %s", exc)
-
-    async def _maybe_autocommit(self) -> None:
-        if not self._auto_commit:
-            return
-        now = monotonic_ms()
-        if now < self._next_autocommit_ms:
-            return
-        self._next_autocommit_ms = now + self._auto_commit_ms
-        if self._subs.manual or self._m.state == MemberState.STABLE:
-            await self._commit_quietly()
+        await self._commits.commit(offsets)
 
     # --- observability -----------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        now = monotonic_ms()
+        now = self._clock()
         with self._lock:
             m = self._m
             if self._closed:
@@ -680,7 +466,15 @@ class Consumer:
                 "last_rebalance_duration_ms": self._m.last_rebalance_duration_ms,
                 "poll_expired_count": self._m.poll_expired_count}
 
-    # --- I/O ---------------------------------------------------------------------------
+    async def wait_for_change(self) -> None:
+        """Wait until the heartbeat thread reports a membership change (a rebalance, the
+        member removed or its poll interval expired); ``health()`` then shows it."""
+        if self._changed is None:
+            raise IllegalStateError("call start() (or use `async with`) first")
+        self._changed.clear()
+        await self._changed.wait()
+
+    # --- wiring ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
@@ -706,10 +500,3 @@ class Consumer:
         self._wake()
         if self._changed is not None:
             self._changed.set()
-
-    async def _wait_for_change(self) -> None:
-        """Wait until the heartbeat thread reports something (tests and tools use it)."""
-        assert self._changed is not None
-        self._changed.clear()
-        await self._changed.wait()
-

@@ -9,19 +9,37 @@
     ├── CommitFailedError            the commit cannot succeed: membership or generation lost
     ├── IllegalStateError            the API was used in a way its state does not allow
     ├── ListenerError                a rebalance-listener callback raised (``__cause__``)
-    └── ClientClosedError            the client was closed
+    ├── BackgroundTaskError          a background task crashed (``__cause__``)
+    ├── ClientClosedError            the client was closed
+    ├── IncompatibleBrokerError      the broker speaks no version of an API the client needs
+    └── BrokerNotAvailableError      no bootstrap broker reachable in time (also a
+                                     ``ConnectionError``)
+
+    ConnectionError
+    └── ConnectionClosedError        a connection closed before its answer came; the
+                                     outcome is unknown (not a GroupwireError, so
+                                     ``except ConnectionError`` catches every lost link)
+
+The wire's own errors are the protocol layer's and are re-exported here, as the SDK lets
+them through: ``ProtocolError`` ← ``RemoteProtocolError`` (the broker broke the contract,
+e.g. an undecodable answer) ← ``CorruptBatchError`` (fetched bytes that are no batch).
 """
 
 from __future__ import annotations
 
-from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.batches import CorruptBatchError
+from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolError
 
 __all__ = [
+    "BackgroundTaskError",
+    "BrokerNotAvailableError",
     "BrokerResponseError",
     "ClientClosedError",
     "CommitFailedError",
+    "ConnectionClosedError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
+    "CorruptBatchError",
     "CorruptMessageError",
     "FencedInstanceIdError",
     "GroupAuthorizationFailedError",
@@ -30,6 +48,7 @@ __all__ = [
     "GroupwireError",
     "IllegalGenerationError",
     "IllegalStateError",
+    "IncompatibleBrokerError",
     "InconsistentGroupProtocolError",
     "InvalidCommitOffsetSizeError",
     "InvalidGroupIdError",
@@ -48,7 +67,9 @@ __all__ = [
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "PartitionNotOwnedError",
+    "ProtocolError",
     "RebalanceInProgressError",
+    "RemoteProtocolError",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",
     "UnknownMemberIdError",
@@ -96,6 +117,25 @@ class ListenerError(GroupwireError):
 
 class ClientClosedError(GroupwireError):
     pass
+
+
+class BackgroundTaskError(GroupwireError):
+    """A client's background task crashed (a bug); the original exception is ``__cause__``.
+
+    Raised from the next call that polls the client, instead of the crash going unseen.
+    """
+
+
+class BrokerNotAvailableError(GroupwireError, ConnectionError):
+    """No broker of the bootstrap list could be reached (and checked) in time."""
+
+
+class IncompatibleBrokerError(GroupwireError):
+    """The broker's ApiVersions share no version with this client for an API it needs."""
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed (or failed) before the response arrived."""
 
 
 # One class per code, so applications can catch exactly what they handle.

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from groupwire.client.errors import OffsetOutOfRangeError, error_for
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.types import Record, TopicPartition
 from groupwire.protocol.batches import CorruptBatchError, decode_records
@@ -33,11 +34,13 @@ from groupwire.protocol.messages import (
     Request,
 )
 
-__all__ = ["Fetcher", "Sender"]
+__all__ = ["Fetcher", "Sender", "Spawn"]
 
 log = logging.getLogger("groupwire.consumer.fetcher")
 
 Sender = Callable[[Request], Awaitable[Any]]
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+"""Starts the Fetch task: the consumer's task supervisor, or the loop by default."""
 EARLIEST = -2
 LATEST = -1
 
@@ -46,7 +49,7 @@ class Fetcher:
     def __init__(self, subs: SubscriptionState, send: Sender, *, auto_offset_reset: str,
                  fetch_max_wait_ms: int, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, spawn: Spawn | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
         self._subs = subs
@@ -57,6 +60,7 @@ class Fetcher:
         self._max_bytes = fetch_max_bytes
         self._partition_max_bytes = max_partition_fetch_bytes
         self._backoff = retry_backoff_ms / 1000
+        self._spawn = spawn or _loop_task
         self._task: asyncio.Task[None] | None = None
         self._drain_from = 0
         self.error: BaseException | None = None
@@ -140,8 +144,7 @@ class Fetcher:
         tps = self._subs.fetchable()
         if not tps:
             return
-        self._task = asyncio.get_running_loop().create_task(
-            self._fetch(tps, group, self._subs.epoch), name="groupwire-fetch")
+        self._task = self._spawn(self._fetch(tps, group, self._subs.epoch), "groupwire-fetch")
         if self.on_done is not None:
             done = self.on_done
             self._task.add_done_callback(lambda _t: done())
@@ -158,12 +161,18 @@ class Fetcher:
         offsets: dict[TopicPartition, int] = {}
         by_topic: dict[str, list[FetchPartition]] = {}
         for tp in tps:
-            off = self._subs.partitions[tp].fetch_offset
-            assert off is not None
+            # the task starts a loop turn after it was planned: a poll in between may have
+            # given the partition up (lost, revoked) or reset its position
+            st = self._subs.partitions.get(tp)
+            off = st.fetch_offset if st is not None else None
+            if off is None:
+                continue
             offsets[tp] = off
             by_topic.setdefault(tp.topic, []).append(FetchPartition(
                 partition=tp.partition, fetch_offset=off,
                 partition_max_bytes=self._partition_max_bytes))
+        if not offsets:
+            return
         request = FetchRequest(
             max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
             max_bytes=self._max_bytes, group=group,
@@ -251,13 +260,14 @@ class Fetcher:
         return out
 
 
+def _loop_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=name)
+
 
 def _raise_for(code: int, message: str | None) -> None:
     if code != ErrorCode.NONE:
-        from groupwire.client.errors import error_for
         raise error_for(code, message or "")
 
 
 def _no_reset(tps: list[TopicPartition]) -> Exception:
-    from groupwire.client.errors import OffsetOutOfRangeError
     return OffsetOutOfRangeError(f"no committed offset and auto_offset_reset='none': {tps}")

@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable
 
+from groupwire.client.clock import Clock
 from groupwire.client.connection import Connection
 from groupwire.client.membership import Action, Membership
 from groupwire.protocol.errors import ErrorCode
@@ -29,13 +29,9 @@ from groupwire.protocol.messages import (
     MemberIdentity,
 )
 
-__all__ = ["HeartbeatThread", "monotonic_ms"]
+__all__ = ["HeartbeatThread"]
 
 log = logging.getLogger("groupwire.consumer.heartbeat")
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class HeartbeatThread(threading.Thread):
@@ -43,7 +39,7 @@ class HeartbeatThread(threading.Thread):
                  address: Callable[[], tuple[str, int] | None], client_id: str,
                  heartbeat_interval_ms: int, session_timeout_ms: int,
                  request_timeout_ms: int, retry_backoff_ms: int,
-                 notify: Callable[[], None]) -> None:
+                 notify: Callable[[], None], clock: Clock) -> None:
         super().__init__(name=f"groupwire-heartbeat-{group_id}", daemon=True)
         self._m = membership
         self._lock = lock
@@ -55,12 +51,14 @@ class HeartbeatThread(threading.Thread):
         self._request_timeout = request_timeout_ms / 1000
         self._backoff_ms = retry_backoff_ms
         self._notify = notify
+        self._clock = clock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._main_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._conn: Connection | None = None
         self._started = threading.Event()
+        self.error: BaseException | None = None   # set if the thread crashed
         self.last_send_ms: int | None = None
         self.sent = 0
 
@@ -89,6 +87,12 @@ class HeartbeatThread(threading.Thread):
         self._loop = loop
         try:
             loop.run_until_complete(self._run())
+        except asyncio.CancelledError:
+            pass  # stop() cancelled the main task: the thread's normal end
+        except Exception as exc:  # a bug: reported to the app, not lost with the thread
+            log.exception("heartbeat thread crashed")
+            self.error = exc
+            self._notify()
         finally:
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
@@ -112,8 +116,6 @@ class HeartbeatThread(threading.Thread):
                     await self._close_conn()
                     delay = min(self._backoff_ms * (2 ** min(failures, 6)), 1000)
                     await self._idle(delay)
-        except asyncio.CancelledError:
-            pass
         finally:
             await self._close_conn()
 
@@ -139,7 +141,7 @@ class HeartbeatThread(threading.Thread):
         return self._conn
 
     async def _step(self) -> None:
-        now = monotonic_ms()
+        now = self._clock()
         with self._lock:
             leave = self._m.expire_poll(now) if self._m.poll_expired(now) else None
             target = self._m.heartbeat_target()
@@ -158,7 +160,7 @@ class HeartbeatThread(threading.Thread):
             await self._idle(self._interval_ms)
             return
         conn = await self._connect()
-        sent_at = monotonic_ms()
+        sent_at = self._clock()
         self.last_send_ms = sent_at
         self.sent += 1
         resp = await conn.send(HeartbeatRequest(
@@ -167,7 +169,7 @@ class HeartbeatThread(threading.Thread):
             poll_age_ms=min(poll_age, 2**31 - 1), wait_ms=self._interval_ms),
             timeout=self._request_timeout + self._interval_ms / 1000,
             response_type=HeartbeatResponse)
-        now = monotonic_ms()
+        now = self._clock()
         with self._lock:
             action = self._m.on_heartbeat_response(resp.error_code, target, now)
         if action not in (Action.OK, Action.IGNORE):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from groupwire.client.assignors import PartitionAssignor, RebalanceProtocol, user_data_for
 from groupwire.client.assignors import Subscription as AssignorSubscription
-from groupwire.client.heartbeat import monotonic_ms
+from groupwire.client.clock import Clock
 from groupwire.client.link import CoordinatorLink, backoff_ms
 from groupwire.client.membership import Action, Membership
 from groupwire.client.subscription import SubscriptionState
@@ -51,7 +51,7 @@ class Joiner:
                  assignors: Sequence[PartitionAssignor], protocol: RebalanceProtocol,
                  session_timeout_ms: int, rebalance_timeout_ms: int, request_timeout_ms: int,
                  retry_backoff_ms: int, wake_heartbeat: Callable[[], None],
-                 is_closed: Callable[[], bool]) -> None:
+                 is_closed: Callable[[], bool], clock: Clock) -> None:
         self._link = link
         self._m = membership
         self._lock = lock
@@ -66,9 +66,14 @@ class Joiner:
         self._backoff_ms = retry_backoff_ms
         self._wake_heartbeat = wake_heartbeat
         self._is_closed = is_closed
+        self._clock = clock
         self.joined_topics: frozenset[str] = frozenset()
         self.assigned_counts: dict[str, int] | None = None   # the leader's view when assigning
         self.last_assignment: list[TopicPartition] = []
+
+    def current_topics(self) -> frozenset[str]:
+        """The topics this member consumes: a pattern's as matched at the last join."""
+        return self.joined_topics if self._subs.pattern is not None else self._subs.topics
 
     async def join_and_sync(self) -> list[TopicPartition] | None:
         """JoinGroup then SyncGroup until Stable; network only, no listener calls here."""
@@ -78,7 +83,7 @@ class Joiner:
                 topics = await self._resolve_topics()
                 self.joined_topics = topics
                 with self._lock:
-                    self._m.join_sent(monotonic_ms())
+                    self._m.join_sent(self._clock())
                     member_id = self._m.member_id
                     generation = self._m.generation_id
                 join = await self._link.send(JoinGroupRequest(
@@ -93,7 +98,7 @@ class Joiner:
                     action = self._m.on_join_response(
                         join.error_code, member_id=join.member_id,
                         generation_id=join.generation_id, protocol_name=join.protocol_name,
-                        leader=join.leader, now_ms=monotonic_ms())
+                        leader=join.leader, now_ms=self._clock())
                     leader = self._m.is_leader()
                 if action == Action.OK:
                     self._wake_heartbeat()
@@ -108,7 +113,7 @@ class Joiner:
                         timeout=self._rebalance_ms / 1000 + self._request_timeout,
                         retry=False, response_type=SyncGroupResponse)
                     with self._lock:
-                        action = self._m.on_sync_response(sync.error_code, monotonic_ms())
+                        action = self._m.on_sync_response(sync.error_code, self._clock())
                     if action == Action.OK:
                         if not sync.assignment:
                             return []

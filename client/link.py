@@ -12,7 +12,8 @@ import asyncio
 import logging
 from typing import Any, TypeVar
 
-from groupwire.client.connection import Connection, ConnectionClosedError
+from groupwire.client.connection import Connection
+from groupwire.client.errors import ConnectionClosedError
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     FindCoordinatorRequest,

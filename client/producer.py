@@ -1,10 +1,11 @@
-"""The asyncio Producer: records batched per partition, one Produce per round.
+"""The asyncio Producer: the sender around a pure record accumulator.
 
-``send`` only appends to a per-partition batch and returns a future; one sender task
-drains every ready batch (full, lingered ``linger_ms``, or flushed) into a single Produce
-covering many partitions, resolves the futures from the answer, and puts batches that met
-a retriable error back at the head of their partition's queue. One request is in flight
-at a time, so retries never reorder a partition's records.
+``send`` only appends to a per-partition batch of the
+:class:`~groupwire.client.accumulator.Accumulator` (which decides batching, lingering and
+the sticky partition) and returns a future; one sender task drains every ready batch into
+a single Produce covering many partitions, resolves the futures from the answer, and puts
+batches that met a retriable error back at the head of their partition's queue. One
+request is in flight at a time, so retries never reorder a partition's records.
 """
 
 from __future__ import annotations
@@ -12,21 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from groupwire.client.cluster import BrokerNotAvailableError, Cluster, backoff_s
-from groupwire.client.connection import ConnectionClosedError
+from groupwire.client.accumulator import Accumulator, Batch, record_size
+from groupwire.client.cluster import Cluster, backoff_s
 from groupwire.client.errors import (
+    BrokerNotAvailableError,
     ClientClosedError,
+    ConnectionClosedError,
     GroupwireError,
     IllegalStateError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_for,
 )
+from groupwire.client.supervisor import cancel_and_wait
 from groupwire.client.types import RecordMetadata, TopicPartition
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -41,26 +43,9 @@ from groupwire.protocol.messages import (
 Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
 
-_RECORD_OVERHEAD = 24
-"""Bytes a record costs in a batch besides key, value and headers (a generous estimate)."""
-
 _FRAME_HEADROOM = 65536
 
-
-@dataclass(slots=True)
-class _Batch:
-    tp: TopicPartition
-    created: float
-    records: list[BatchRecord] = field(default_factory=list)
-    futures: list[asyncio.Future[RecordMetadata]] = field(default_factory=list)
-    size: int = 0
-    closed: bool = False
-    attempts: int = 0
-    deadline: float = 0.0  # set at the first send: retries stop here
-    retry_at: float = 0.0
-    last_error: BaseException | None = None
-    done: bool = False
-    settled: asyncio.Future[None] | None = None  # made by flush(), done once the batch is
+_Batch = Batch["asyncio.Future[RecordMetadata]"]
 
 
 class Producer:
@@ -95,13 +80,12 @@ class Producer:
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 retry_backoff_max_ms=retry_backoff_max_ms)
-        self._partitions: dict[str, int] = {}
+        self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
+            max_batch_bytes=max_batch_bytes, max_buffer_bytes=max_buffer_bytes,
+            linger=linger_ms / 1000)
+        self._partitions = self._acc.partition_counts
         self._partitions_at: dict[str, float] = {}  # loop time of each topic's metadata
-        self._queues: dict[TopicPartition, deque[_Batch]] = {}
-        self._sticky: dict[str, int] = {}
-        self._round_robin: dict[str, int] = {}
         self._in_flight: list[_Batch] = []
-        self._buffered = 0
         self._space: asyncio.Event | None = None
         self._wakeup: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
@@ -138,9 +122,7 @@ class Producer:
             self._closed = True
             if self._sender is not None:
                 self._wake()
-                self._sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._sender
+                await cancel_and_wait([self._sender], self.request_timeout_ms / 1000)
             self._fail_all(ClientClosedError("the producer was closed"))
             await self._cluster.close()
 
@@ -175,21 +157,20 @@ class Producer:
         sticky = partition is None and kb is None
         if partition is None:
             partition = (partition_for_key(kb, count) if kb is not None
-                         else self._sticky_partition(topic, count))
+                         else self._acc.sticky_partition(topic, count))
         elif not 0 <= partition < count:
             count = await self._partition_count(topic, refresh=True)
             if not 0 <= partition < count:
                 raise UnknownTopicOrPartitionError(
                     f"{topic!r} has {count} partitions, no partition {partition}")
-        size = _RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
         if headers:
             hdrs = list(headers)
             for h, hv in hdrs:
                 if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
                     raise TypeError("headers must be (str, bytes | None) pairs")
-            size += sum(len(h) + (len(v) if v else 0) + 4 for h, v in hdrs)
         else:
             hdrs = []
+        size = record_size(kb, vb, hdrs)
         if self._space is not None and not self._space.is_set():
             await self._wait_for_space()
             self._check_usable()
@@ -214,11 +195,12 @@ class Producer:
         # a callback per record
         loop = asyncio.get_running_loop()
         pending: list[asyncio.Future[None]] = []
-        for batch in [b for q in self._queues.values() for b in q] + self._in_flight:
+        for batch in [*self._acc.queued(), *self._in_flight]:
             if batch.done:
                 continue
             if batch.settled is None:
                 batch.settled = loop.create_future()
+            assert isinstance(batch.settled, asyncio.Future)
             pending.append(batch.settled)
         if not pending:
             return
@@ -228,6 +210,12 @@ class Producer:
             await asyncio.wait(pending)
         finally:
             self._flushing -= 1
+
+    @property
+    def cluster(self) -> Cluster:
+        """The connection shell this producer sends through (connecting, retries,
+        metadata): read-only, for tools and tests that look underneath."""
+        return self._cluster
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The topic's partitions (metadata fetched if not known yet)."""
@@ -273,68 +261,14 @@ class Producer:
             attempt += 1
             await asyncio.sleep(delay)
 
-    def _sticky_partition(self, topic: str, count: int) -> int:
-        p = self._sticky.get(topic)
-        if p is None or p >= count:
-            p = self._advance_sticky(topic, count)
-        return p
-
-    def _advance_sticky(self, topic: str, count: int | None = None) -> int:
-        n = count if count is not None else self._partitions.get(topic, 1)
-        p = self._round_robin.get(topic, -1) + 1
-        p %= n
-        self._round_robin[topic] = p
-        self._sticky[topic] = p
-        return p
-
     def _append(self, tp: TopicPartition, record: BatchRecord, size: int,
                 future: asyncio.Future[RecordMetadata], *, sticky: bool) -> None:
-        batch = self._open_batch(tp, size)
-        if batch is None and sticky:
-            # The sticky partition's batch is full: close it and stick to the next one
-            # (Kafka's sticky partitioner does the same instead of starting a new batch).
-            self._close_batch(self._queues[tp][-1])
-            tp = TopicPartition(tp.topic, self._sticky_partition(
-                tp.topic, self._partitions.get(tp.topic, 1)))
-            batch = self._open_batch(tp, size)
-        if batch is None:
-            queue = self._queues[tp]
-            if queue and not queue[-1].closed:
-                self._close_batch(queue[-1])
-            batch = _Batch(tp=tp, created=asyncio.get_running_loop().time())
-            queue.append(batch)
+        _, changed = self._acc.append(tp, record, size, future, sticky=sticky,
+                                      now=asyncio.get_running_loop().time())
+        if changed:
             self._wake()
-        batch.records.append(record)
-        batch.futures.append(future)
-        batch.size += size
-        self._buffered += size
-        if self._buffered >= self.max_buffer_bytes and self._space is not None:
+        if self._acc.full and self._space is not None:
             self._space.clear()
-        if batch.size >= self.max_batch_bytes:
-            self._close_batch(batch)
-
-    def _open_batch(self, tp: TopicPartition, size: int) -> _Batch | None:
-        """The partition's open batch if ``size`` more bytes fit (an empty queue: a new
-        batch, None when the last batch is closed or full)."""
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = deque()
-        if not queue:
-            batch = _Batch(tp=tp, created=asyncio.get_running_loop().time())
-            queue.append(batch)
-            self._wake()
-            return batch
-        batch = queue[-1]
-        if batch.closed or (batch.records and batch.size + size > self.max_batch_bytes):
-            return None
-        return batch
-
-    def _close_batch(self, batch: _Batch) -> None:
-        """No more records go into ``batch``; unkeyed records move to the next partition."""
-        batch.closed = True
-        if self._sticky.get(batch.tp.topic) == batch.tp.partition:
-            self._advance_sticky(batch.tp.topic)
-        self._wake()
 
     async def _wait_for_space(self) -> None:
         space = self._space
@@ -367,42 +301,16 @@ class Producer:
 
     def _ready_batches(self, now: float) -> tuple[list[_Batch], float | None]:
         """The head batch of every partition that may go now, and when the next may."""
-        linger = self.linger_ms / 1000
         limit = max(self._cluster.max_frame_bytes - _FRAME_HEADROOM, 1)
-        ready: list[_Batch] = []
-        total = 0
-        next_at: float | None = None
-        for queue in self._queues.values():
-            if not queue:
-                continue
-            batch = queue[0]
-            if batch.retry_at > now:
-                at = batch.retry_at
-            elif batch.closed or len(queue) > 1 or self._flushing or self._closing:
-                at = now
-            else:
-                at = batch.created + linger
-            if at > now:
-                next_at = at if next_at is None else min(next_at, at)
-                continue
-            if ready and total + batch.size > limit:
-                next_at = now
-                break
-            ready.append(batch)
-            total += batch.size
-        return ready, next_at
+        return self._acc.ready(now, limit=limit,
+                               flushing=bool(self._flushing) or self._closing)
 
     async def _send_round(self, batches: list[_Batch]) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         by_topic: dict[str, list[PartitionProduceData]] = {}
+        self._acc.take(batches, now, self.request_timeout_ms / 1000)
         for batch in batches:
-            self._queues[batch.tp].popleft()
-            if not batch.closed:
-                self._close_batch(batch)
-            if batch.attempts == 0:
-                batch.deadline = now + self.request_timeout_ms / 1000
-            batch.attempts += 1
             by_topic.setdefault(batch.tp.topic, []).append(
                 PartitionProduceData(index=batch.tp.partition,
                                      records=encode_batch(batch.records)))
@@ -451,22 +359,19 @@ class Producer:
                 exc = RequestTimedOutError(f"{batch.tp.topic}[{batch.tp.partition}]: {exc}")
             self._complete(batch, exc)
             return
-        batch.last_error = exc
-        batch.retry_at = loop.time() + delay
-        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        self._acc.retry(batch, exc, loop.time() + delay)
         self._wake()
 
     def _complete(self, batch: _Batch, exc: BaseException | None, base: int = -1) -> None:
-        if batch.done:
+        if not self._acc.complete(batch):
             return
-        batch.done = True
-        if batch.settled is not None and not batch.settled.done():
-            batch.settled.set_result(None)
-        self._buffered -= batch.size
-        if self._space is not None and self._buffered < self.max_buffer_bytes:
+        settled = batch.settled
+        if isinstance(settled, asyncio.Future) and not settled.done():
+            settled.set_result(None)
+        if self._space is not None and not self._acc.full:
             self._space.set()
         topic, partition = batch.tp
-        for i, (record, future) in enumerate(zip(batch.records, batch.futures, strict=True)):
+        for i, (record, future) in enumerate(zip(batch.records, batch.handles, strict=True)):
             if future.done():
                 continue
             if exc is not None:
@@ -476,9 +381,8 @@ class Producer:
                                                  record.timestamp_ms))
 
     def _fail_all(self, exc: BaseException) -> None:
-        for queue in self._queues.values():
-            while queue:
-                self._complete(queue.popleft(), exc)
+        for batch in self._acc.pop_all():
+            self._complete(batch, exc)
         for batch in self._in_flight:
             self._complete(batch, exc)
         self._in_flight = []

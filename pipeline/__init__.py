@@ -1,38 +1,35 @@
 """PySpark data source `groupwire` and the rebalance-report job (the `spark` extra).
 
-Importing this package needs no pyspark; :func:`register` imports it when called.
+``groupwire.pipeline.register(spark)`` makes ``format("groupwire")`` available on a
+session. Importing this package needs no pyspark: ``register`` lives in
+:mod:`groupwire.pipeline.source`, which needs it, and is looked up there on first use.
 
 Spark's Python workers run ``$PYSPARK_PYTHON`` (``python3`` when unset), which is often
 not the interpreter groupwire is installed in: the read tasks would then fail with "No
-module named 'pipeline'". Importing this package before the session is created sets
+module named 'groupwire'". Importing this package before the session is created sets
 ``PYSPARK_PYTHON`` to this interpreter unless it is already set.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from groupwire.pipeline.source import register
 
 __all__ = ["register"]
 
 
-def register(spark: SparkSession) -> None:
-    """Make ``format("groupwire")`` available on ``spark`` (reads, streams and writes)."""
-    from groupwire.pipeline.source import GroupwireDataSource
-
-    worker_python = getattr(spark.sparkContext, "pythonExec", None)
-    if (worker_python not in (None, sys.executable)
-            and (spark.sparkContext.master or "").startswith("local")):
-        warnings.warn(
-            f"Spark's Python workers run {worker_python!r}, not {sys.executable!r}: unless "
-            "groupwire is installed there too, reads fail with \"No module named "
-            "'pipeline'\". Import pipeline (or set PYSPARK_PYTHON) before creating the "
-            "session.", RuntimeWarning, stacklevel=2)
-    spark.dataSource.register(GroupwireDataSource)
+def __getattr__(name: str) -> Any:
+    # pyspark is optional (the spark extra): the module that needs it loads on first use,
+    # so that `import groupwire.pipeline` works without it
+    if name != "register":
+        raise AttributeError(f"module 'groupwire.pipeline' has no attribute {name!r}")
+    value = importlib.import_module("groupwire.pipeline.source").register
+    globals()[name] = value
+    return value

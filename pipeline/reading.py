@@ -1,10 +1,11 @@
 """Reading one offset range inside a Spark Python worker, as Arrow record batches.
 
 Each read task owns an ``asyncio.Runner`` and one connection (the SDK's
-:class:`~client.cluster.Cluster`), and fetches its range with plain Fetch requests: no
-consumer group, since Spark's checkpoint owns the offsets. The next Fetch is sent before
-the current answer is decoded, so the broker works while the task builds columns. Record
-bytes are handed out as stored: ``key`` and ``value`` are exactly what the producer sent.
+:class:`~groupwire.client.cluster.Cluster`), and fetches its range with plain Fetch
+requests: no consumer group, since Spark's checkpoint owns the offsets. The next Fetch
+is sent before the current answer is decoded, so the broker works while the task builds
+columns. Record bytes are handed out as stored: ``key`` and ``value`` are exactly what
+the producer sent.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from groupwire.client.cluster import Cluster
 from groupwire.pipeline.offsets import OffsetRange
@@ -25,8 +28,12 @@ from groupwire.protocol.batches import HEADER_SIZE, CorruptBatchError, iter_batc
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+try:
+    import uvloop
+
+    _uvloop_loop: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+except ImportError:  # uvloop is not installed on Windows: asyncio's own loop serves
+    _uvloop_loop = None
 
 log = logging.getLogger("groupwire.pipeline")
 
@@ -60,11 +67,7 @@ class ReadTask:
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's loop when installed (as the broker and CLI run), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
+    return _uvloop_loop
 
 
 def read_range(task: ReadTask) -> Iterator[pa.RecordBatch]:
@@ -207,9 +210,6 @@ def _lost(task: ReadTask, offset: int, log_start: int, high_watermark: int) -> i
 def _to_arrow(chunks: list[_Chunk], topic: str, partition: int,
               ) -> pa.RecordBatch | None:
     """One Arrow batch from the decoded record arrays of one Fetch answer."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     headers: list[Any] = []

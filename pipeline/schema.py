@@ -7,10 +7,9 @@ schema (pyspark's ``to_arrow_schema``, timestamps in microseconds, UTC, list ite
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+import pyarrow as pa
 
 COLUMNS: Final = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 
@@ -26,16 +25,12 @@ WRITE_COLUMNS: Final = frozenset({"key", "value", "topic", "partition", "headers
 
 
 def headers_type() -> pa.DataType:
-    import pyarrow as pa
-
     return pa.list_(pa.field("element", pa.struct([("key", pa.string()),
                                                    ("value", pa.binary())])))
 
 
 def arrow_schema() -> pa.Schema:
     """The Arrow schema Spark expects from ``read()`` for :data:`SCHEMA_DDL`."""
-    import pyarrow as pa
-
     return pa.schema([
         ("key", pa.binary()),
         ("value", pa.binary()),

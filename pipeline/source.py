@@ -1,15 +1,20 @@
-"""The ``groupwire`` PySpark data source and its batch reader.
+"""The ``groupwire`` PySpark data source, its batch reader, and :func:`register`.
 
 Spark plans on the driver side and runs ``read()`` on a pickled copy of the reader in
-worker processes, so each partition carries a complete :class:`~pipeline.reading.ReadTask`
-(address, range, settings): nothing read() needs lives on the reader object.
+worker processes, so each partition carries a complete
+:class:`~groupwire.pipeline.reading.ReadTask` (address, range, settings): nothing read()
+needs lives on the reader object. Streaming reads are in :mod:`groupwire.pipeline.stream`,
+writes in :mod:`groupwire.pipeline.writer`.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -20,44 +25,31 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from groupwire.pipeline.offsets import OffsetRange, resolve_spec, split_ranges
+from groupwire.pipeline.offsets import OffsetRange, resolve_spec
 from groupwire.pipeline.options import (
     OptionError,
     SourceOptions,
     parse_sink_options,
     parse_source_options,
 )
+from groupwire.pipeline.partitions import read_partition, tasks_for
 from groupwire.pipeline.planning import Planner
-from groupwire.pipeline.reading import ReadTask, read_range
 from groupwire.pipeline.schema import COLUMNS, SCHEMA_DDL, WRITE_COLUMNS
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-
-class RangePartition(InputPartition):
-    """One Spark partition: one offset range of one topic partition."""
-
-    def __init__(self, task: ReadTask) -> None:
-        super().__init__(task)
-        self.task = task
+from groupwire.pipeline.stream import StreamReader
+from groupwire.pipeline.writer import BatchWriter, StreamWriter
 
 
-def tasks_for(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangePartition]:
-    """Spark partitions for ``ranges``, split to honour ``minPartitions``."""
-    return [RangePartition(ReadTask(bootstrap=opts.bootstrap, range=r,
-                                    fail_on_data_loss=opts.fail_on_data_loss,
-                                    fetch_max_bytes=opts.fetch_max_bytes,
-                                    request_timeout_ms=opts.request_timeout_ms))
-            for r in split_ranges(ranges, opts.min_partitions)]
-
-
-def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if not isinstance(partition, RangePartition) and partition.value is None:
-        return iter(())  # Spark runs one empty partition when none were planned
-    if not isinstance(partition, RangePartition):
-        raise TypeError(f"not a groupwire partition: {partition!r}")
-    return read_range(partition.task)
+def register(spark: SparkSession) -> None:
+    """Make ``format("groupwire")`` available on ``spark`` (reads, streams and writes)."""
+    worker_python = getattr(spark.sparkContext, "pythonExec", None)
+    if (worker_python not in (None, sys.executable)
+            and (spark.sparkContext.master or "").startswith("local")):
+        warnings.warn(
+            f"Spark's Python workers run {worker_python!r}, not {sys.executable!r}: unless "
+            "groupwire is installed there too, reads fail with \"No module named "
+            "'groupwire'\". Import groupwire.pipeline (or set PYSPARK_PYTHON) before "
+            "creating the session.", RuntimeWarning, stacklevel=2)
+    spark.dataSource.register(GroupwireDataSource)
 
 
 class GroupwireDataSource(DataSource):
@@ -75,19 +67,13 @@ class GroupwireDataSource(DataSource):
         return BatchReader(parse_source_options(self.options, "batch"))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from groupwire.pipeline.stream import StreamReader
-
         _check_read_schema(schema)
         return StreamReader(parse_source_options(self.options, "stream"))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from groupwire.pipeline.writer import BatchWriter
-
         return BatchWriter(parse_sink_options(self.options), _check_write_schema(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from groupwire.pipeline.writer import StreamWriter
-
         return StreamWriter(parse_sink_options(self.options), _check_write_schema(schema))
 
 

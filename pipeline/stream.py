@@ -1,7 +1,7 @@
 """The Structured Streaming reader: offsets per partition kept in Spark's checkpoint.
 
 Offsets are ``{"topic": {"0": next_offset, ...}}`` with keys in sorted order (see
-:mod:`pipeline.offsets`). Each trigger looks the partitions up again, so partitions added
+:mod:`groupwire.pipeline.offsets`). Each trigger looks the partitions up again, so partitions added
 while the query runs (and topics newly matching ``subscribePattern``) are read from their
 first offset. Records deleted by retention before they were read fail the query, or with
 ``failOnDataLoss=false`` are reported in the worker's log and skipped.
@@ -27,12 +27,13 @@ from groupwire.pipeline.offsets import (
     from_json,
     ranges_between,
     rate_limit,
+    resolve_spec,
     to_json,
 )
 from groupwire.pipeline.options import SourceOptions
+from groupwire.pipeline.partitions import read_partition, tasks_for
 from groupwire.pipeline.planning import Planner
 from groupwire.pipeline.reading import DataLossError
-from groupwire.pipeline.source import read_partition, resolve_spec, tasks_for
 
 log = logging.getLogger("groupwire.pipeline")
 

@@ -1,11 +1,12 @@
 """Writing rows to topics: ``df.write.format("groupwire")`` and ``writeStream``.
 
-Each write task runs a :class:`client.Producer` on its own ``asyncio.Runner`` and waits
-until every record is acknowledged before it reports success, so a committed Spark job
-means every row is stored. Columns: ``value`` (binary or string; required), and optional
-``key`` (binary or string), ``topic`` (else the ``topic`` option), ``partition`` (else
-the producer picks: murmur2 of the key, or sticky), ``headers``
-(``array<struct<key: string, value: binary>>``, as the source returns them).
+Each write task runs a :class:`~groupwire.client.producer.Producer` on its own
+``asyncio.Runner`` and waits until every record is acknowledged before it reports
+success, so a committed Spark job means every row is stored. Columns: ``value`` (binary
+or string; required), and optional ``key`` (binary or string), ``topic`` (else the
+``topic`` option), ``partition`` (else the producer picks: murmur2 of the key, or
+sticky), ``headers`` (``array<struct<key: string, value: binary>>``, as the source
+returns them).
 
 Delivery is **at-least-once**. A task that fails after some of its records were stored is
 retried by Spark and writes them again, and a streaming micro-batch that Spark replays

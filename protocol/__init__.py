@@ -1,7 +1,7 @@
 """groupwire's wire protocol, sans I/O: frames, messages, codec, errors, hashing.
 
-Nothing here touches sockets, event loops or clocks. Codec functions are built lazily
-per message class, so importing the package stays cheap.
+Nothing here touches sockets, event loops or clocks, and nothing keeps state: every
+message's codec is generated once, at import, into a read-only table (``bodies``).
 """
 
 from groupwire.protocol import messages
@@ -32,11 +32,11 @@ from groupwire.protocol.errors import (
     EnvelopeError,
     ErrorCode,
     FrameError,
-    InvalidRequestError,
     LocalProtocolError,
+    MalformedRequestError,
     ProtocolError,
     RemoteProtocolError,
-    UnsupportedVersionError,
+    UnsupportedRequestError,
 )
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
 from groupwire.protocol.hashing import (
@@ -59,15 +59,15 @@ __all__ = [
     "ErrorCode",
     "FrameDecoder",
     "FrameError",
-    "InvalidRequestError",
     "LocalProtocolError",
+    "MalformedRequestError",
     "ProtocolError",
     "RemoteProtocolError",
     "Request",
     "RequestFrame",
     "Response",
     "Subscription",
-    "UnsupportedVersionError",
+    "UnsupportedRequestError",
     "coordinator_partition",
     "decode_assignment",
     "decode_message",

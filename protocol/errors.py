@@ -8,8 +8,12 @@ Exceptions::
         ├── FrameError            framing broken (size 0, over the limit): close the connection
         ├── EnvelopeError         not one msgpack value / not a valid envelope: close it
         └── BodyError             envelope fine, body wrong: answer with ``code``
-            ├── UnsupportedVersionError   unknown api key or version
-            └── InvalidRequestError       missing, mistyped or out-of-range field (``path``)
+            ├── UnsupportedRequestError   unknown api key, or a version not served
+            └── MalformedRequestError     missing, mistyped or out-of-range field (``path``)
+
+The two request errors are this side's reading of an incoming request; the SDK's
+``UnsupportedVersionError`` and ``InvalidRequestError`` (``groupwire.errors``) are the
+broker's answers, and keep Kafka's names.
 """
 
 from __future__ import annotations
@@ -112,11 +116,13 @@ class BodyError(RemoteProtocolError):
         self.api_key = api_key
 
 
-class UnsupportedVersionError(BodyError):
+class UnsupportedRequestError(BodyError):
+    """A request for an api key this broker does not know, or a version it does not serve."""
+
     code = ErrorCode.UNSUPPORTED_VERSION
 
 
-class InvalidRequestError(BodyError):
+class MalformedRequestError(BodyError):
     """A field is missing, mistyped or out of range; the message names its path."""
 
     code = ErrorCode.INVALID_REQUEST

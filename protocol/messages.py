@@ -1,6 +1,6 @@
 """One frozen dataclass per request and response of docs/protocol.md §4.
 
-Field names and order follow docs/protocol.md. The codec (``protocol.codec``) walks these
+Field names and order follow docs/protocol.md. The codec (``protocol.codegen``) walks these
 classes' type hints, so the classes *are* the schema: a required request field has no
 default; an optional one has docs/protocol.md's default. Response fields default to what a
 decoder fills in for an absent field (``[]``, ``-1``, ``""``, ``b""``, ``False``, or

@@ -8,12 +8,14 @@ records, events) that the asyncio shell executes. No clock, no sockets, no async
 from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.coordinator.coordinator import Coordinator
 from groupwire.broker.coordinator.events import GroupEvent
+from groupwire.broker.coordinator.heartbeat import Renewal
 from groupwire.broker.coordinator.outputs import (
     EMPTY_RESULT,
     FetchCheck,
     Reply,
     RequestContext,
     Result,
+    Transition,
 )
 from groupwire.broker.coordinator.records import (
     GroupDeleteRecord,
@@ -26,12 +28,14 @@ from groupwire.broker.coordinator.records import (
 )
 from groupwire.broker.coordinator.state import GroupState
 from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp, TimerQueue
+from groupwire.broker.coordinator.view import CoreView
 
 __all__ = [
     "EMPTY_RESULT",
     "CancelTimer",
     "Coordinator",
     "CoordinatorConfig",
+    "CoreView",
     "FetchCheck",
     "GroupDeleteRecord",
     "GroupEvent",
@@ -41,6 +45,7 @@ __all__ = [
     "MemberRecord",
     "OffsetCommitRecord",
     "OffsetDeleteRecord",
+    "Renewal",
     "Reply",
     "RequestContext",
     "Result",
@@ -48,5 +53,6 @@ __all__ = [
     "TimerKey",
     "TimerOp",
     "TimerQueue",
+    "Transition",
     "record_from_kv",
 ]

@@ -1,6 +1,7 @@
 """The coordinator the broker shell drives: requests, timer expiries and closed
 connections in, :class:`Result` out; plus :meth:`Coordinator.renew`, the heartbeat fast
-path with no outputs. Time is always an argument; nothing here does I/O."""
+path, whose :class:`Renewal` lists its changes. Time is always an argument; nothing here
+does I/O."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from groupwire.broker.coordinator.admin import handle_delete, handle_describe, h
 from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
-from groupwire.broker.coordinator.heartbeat import handle_heartbeat, renew
+from groupwire.broker.coordinator.heartbeat import Renewal, handle_heartbeat, renew
 from groupwire.broker.coordinator.history import Cause
 from groupwire.broker.coordinator.join import handle_join
 from groupwire.broker.coordinator.leave import handle_leave
@@ -25,6 +26,7 @@ from groupwire.broker.coordinator.records import GroupRecord
 from groupwire.broker.coordinator.state import DEAD, STABLE, GroupState
 from groupwire.broker.coordinator.sync import handle_sync
 from groupwire.broker.coordinator.timers import TimerKey
+from groupwire.broker.coordinator.view import CoreView
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -95,10 +97,10 @@ class Coordinator:
                 raise TypeError(f"not a group API request: {type(request).__name__}")
         return engine.out.build()
 
-    def renew(self, conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> bool:
-        """The heartbeat fast path: True if the heartbeat is settled and its answer is a
-        plain NONE with nothing else to do; False (nothing changed): call :meth:`handle`.
-        """
+    def renew(self, conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> Renewal | None:
+        """The heartbeat fast path: a :class:`Renewal` (every change it made) if the
+        heartbeat is settled with a plain NONE answer and nothing else to do; None (nothing
+        changed): call :meth:`handle`. Both decide with ``heartbeat.classify``."""
         return renew(self._engine, conn_id, heartbeat, now_ms)
 
     def expire(self, key: TimerKey, now_ms: int) -> Result:
@@ -198,6 +200,11 @@ class Coordinator:
         return engine.out.build()
 
     # --- read-only views ------------------------------------------------------------
+
+    @property
+    def view(self) -> CoreView:
+        """Groups, members and parked requests, read-only (tests, invariant checks)."""
+        return CoreView(self._engine)
 
     def group_counts_by_state(self) -> dict[str, int]:
         counts = {state.value: 0 for state in GroupState if state is not DEAD}

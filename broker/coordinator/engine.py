@@ -116,7 +116,9 @@ class Engine:
         gone = ErrorCode.COORDINATOR_NOT_AVAILABLE
         for member in list(group.members.values()):
             self.remove_member(group, member, join_error=gone, sync_error=gone, hb_error=gone)
+        source = group.state
         group.transition_to(DEAD, now_ms)
+        out.transitions.append((gid, source, DEAD))
         del self.groups[gid]
         self.emit("group_deleted", group, now_ms, reason=reason)
 
@@ -125,10 +127,11 @@ class Engine:
     def arm_session(self, member: Member, timeout_ms: int, now_ms: int) -> None:
         """The session now ends at ``now_ms + timeout_ms``; its timer fires then.
 
-        Only the heartbeat fast path (heartbeat.renew) moves ``expires_ms`` alone.
+        (The heartbeat fast path, heartbeat.renew, only moves the deadline later and
+        leaves the timer armed earlier to re-arm itself.)
         """
         deadline = now_ms + timeout_ms
-        member.expires_ms = member.session_deadline = deadline
+        member.session_deadline = deadline
         self.out.set_timer(member.session_key, deadline)
 
     def cancel_session(self, member: Member) -> None:
@@ -230,6 +233,7 @@ class Engine:
         """Move the group and keep the rebalance history and long polls in step with it."""
         source = group.state
         group.transition_to(target, now_ms)
+        self.out.transitions.append((group.group_id, source, target))
         if target is PREPARING_REBALANCE:
             if source is STABLE or source is EMPTY:
                 cause = cause or Cause("unknown")

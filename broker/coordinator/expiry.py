@@ -71,11 +71,10 @@ def expire_session(engine: Engine, group_id: str, member_id: str, now_ms: int) -
     member = group.members.get(member_id)
     if member is None or member.session_deadline is None:
         return
-    if now_ms < member.expires_ms:
-        # renewed since the timer was armed (heartbeats only move expires_ms), or fired
-        # early: arm again for when the session really ends
-        member.session_deadline = member.expires_ms
-        engine.out.set_timer(member.session_key, member.expires_ms)
+    if now_ms < member.session_deadline:
+        # renewed since the timer was armed (heartbeat.renew only moves the deadline), or
+        # fired early: arm again for when the session ends
+        engine.out.set_timer(member.session_key, member.session_deadline)
         return
     member.session_deadline = None
     if engine.is_satisfied(group, member):
@@ -184,7 +183,7 @@ def connection_closed(engine: Engine, conn_id: int, now_ms: int) -> None:
                 engine.arm_session(member, member.session_timeout_ms, now_ms)
         else:
             member.connection_lost = True
-            if member.session_deadline is None or member.expires_ms > now_ms + grace:
+            if member.session_deadline is None or member.session_deadline > now_ms + grace:
                 engine.arm_session(member, grace, now_ms)
         engine.emit_member("connection_lost", group, member, now_ms, None)
 

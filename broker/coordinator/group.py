@@ -8,8 +8,9 @@ from typing import Final
 
 from groupwire.broker.coordinator.history import Owners, RebalanceHistory
 from groupwire.broker.coordinator.member import Member, Protocols
-from groupwire.broker.coordinator.state import CAN_REBALANCE, EMPTY, GroupState, check_transition
+from groupwire.broker.coordinator.state import EMPTY, GroupState
 from groupwire.broker.coordinator.timers import TimerKey, join_key
+from groupwire.broker.coordinator.transitions import CAN_REBALANCE, ROWS, check_transition
 from groupwire.protocol.consumer import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
@@ -29,6 +30,7 @@ class Group:
     __slots__ = (
         "group_id",
         "state",
+        "row",
         "previous_state",
         "state_ms",
         "generation_id",
@@ -53,6 +55,7 @@ class Group:
     def __init__(self, group_id: str, now_ms: int, history_size: int) -> None:
         self.group_id = group_id
         self.state = EMPTY
+        self.row = ROWS[EMPTY]
         self.previous_state = EMPTY
         self.state_ms = now_ms
         self.generation_id = 0
@@ -84,7 +87,14 @@ class Group:
         check_transition(self.state, target)
         self.previous_state = self.state
         self.state = target
+        self.row = ROWS[target]
         self.state_ms = now_ms
+
+    def restore(self, state: GroupState, state_ms: int) -> None:
+        """Loading from records: the state the log says, not a transition."""
+        self.state = self.previous_state = state
+        self.row = ROWS[state]
+        self.state_ms = state_ms
 
     def can_rebalance(self) -> bool:
         return self.state in CAN_REBALANCE

@@ -1,25 +1,26 @@
 """Heartbeat (reference §6) with the poll-interval check (docs/protocol.md §7.1) and the long
 poll (§7.3).
 
-The hot path is :func:`renew`: a heartbeat that is answered NONE at once and changes
-nothing but the member's liveness (the common case, thousands a second) is settled with a
-few lookups and no outputs at all; anything else takes :func:`handle_heartbeat`."""
+What a heartbeat means is decided by one pure function, :func:`classify`, which both
+paths use: :func:`handle_heartbeat` (the full path, any outcome, outputs in a Result) and
+:func:`renew` (the fast path: only a plain renewal whose answer is NONE and which needs no
+timer operation, reported as a :class:`Renewal`; anything else is left to the full path,
+with nothing changed)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 from groupwire.broker.coordinator.engine import Engine, heartbeat_response
+from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.parking import HEARTBEAT, Address
-from groupwire.broker.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    PREPARING_REBALANCE,
-    STABLE,
-)
 from groupwire.broker.coordinator.timers import hbwait_key
+from groupwire.broker.coordinator.transitions import Refuse
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import HeartbeatRequest, HeartbeatResponse
@@ -29,22 +30,70 @@ POLL_EXPIRED_RESPONSE: Final = HeartbeatResponse(
     error_code=ErrorCode.UNKNOWN_MEMBER_ID, error_message="poll interval expired")
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a heartbeat means. ``member``: it came from a valid member, which is attached
+    to the connection, has its previous long poll ended and its poll age recorded.
+    ``renews``: the member's session is renewed. ``code``: the answer."""
+
+    name: str
+    code: ErrorCode
+    member: bool = False
+    renews: bool = False
+
+
+INVALID_GROUP: Final = Verdict("invalid-group", ErrorCode.INVALID_GROUP_ID)
+NO_GROUP: Final = Verdict("no-group", ErrorCode.UNKNOWN_MEMBER_ID)
+POLL_EXPIRED: Final = Verdict("poll-expired", ErrorCode.UNKNOWN_MEMBER_ID, member=True)
+ILLEGAL_GENERATION: Final = Verdict("illegal-generation", ErrorCode.ILLEGAL_GENERATION,
+                                    member=True)
+RENEWED: Final = Verdict("renewed", NONE, member=True, renews=True)
+HOLD: Final = Verdict("hold", NONE, member=True, renews=True)
+"""Renewed, and the answer is held as a long poll."""
+_REFUSED: Final[Mapping[ErrorCode, Verdict]] = MappingProxyType({
+    code: Verdict("refused", code) for code in ErrorCode})
+_RENEWED_WITH: Final[Mapping[ErrorCode, Verdict]] = MappingProxyType({
+    code: Verdict("renewed", code, member=True, renews=True) for code in ErrorCode
+    if code is not NONE})
+
+
+def classify(group: Group | None, group_id: str, generation_id: int, member_id: str,
+             instance_id: str | None, poll_age_ms: int, wait_ms: int) -> Verdict:
+    """The one decision, in Kafka's order: group, its state's cell in the transition
+    table, member, poll interval, generation, then what the state answers a member."""
+    if group is None:
+        return NO_GROUP if group_id else INVALID_GROUP
+    cell = group.row.heartbeat
+    if isinstance(cell, Refuse):
+        return _REFUSED[cell.code]
+    if instance_id is not None:
+        mapped = group.static_members.get(instance_id)
+        if mapped != member_id:
+            return _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID if mapped is None
+                            else ErrorCode.FENCED_INSTANCE_ID]
+    member = group.members.get(member_id)
+    if member is None:
+        return _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID]
+    if poll_age_ms >= 0 and poll_age_ms > member.rebalance_timeout_ms:
+        return POLL_EXPIRED
+    if generation_id != group.generation_id:
+        return ILLEGAL_GENERATION
+    code = cell.answer
+    if code is not NONE:
+        return _RENEWED_WITH[code]
+    return HOLD if wait_ms > 0 and member.session_timeout_ms // 2 > 0 else RENEWED
+
+
 def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
                      now_ms: int) -> None:
     out = engine.out
     group = engine.groups.get(req.group_id) if req.group_id else None
-    if group is None:
-        code = ErrorCode.UNKNOWN_MEMBER_ID if req.group_id else ErrorCode.INVALID_GROUP_ID
-        out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(code))
+    verdict = classify(group, req.group_id, req.generation_id, req.member_id,
+                       req.group_instance_id, req.poll_age_ms, req.wait_ms)
+    if not verdict.member:
+        out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(verdict.code))
         return
-    if group.state is DEAD:
-        out.reply(ctx.conn_id, ctx.correlation_id,
-                  heartbeat_response(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        return
-    code = group.validate_member(req.member_id, req.group_instance_id)
-    if code is not NONE:
-        out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(code))
-        return
+    assert group is not None
     member = group.members[req.member_id]
     if not member.has_conn(ctx.conn_id):
         engine.attach(ctx.conn_id, group.group_id, member)
@@ -52,7 +101,7 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
     engine.answer_heartbeat(group.group_id, member.member_id, NONE)
     poll_age = req.poll_age_ms
     member.poll_age_ms = poll_age if poll_age >= 0 else None
-    if poll_age >= 0 and poll_age > member.rebalance_timeout_ms:
+    if verdict is POLL_EXPIRED:
         # the application stopped polling: out, static or not, as session expiry would
         detail = f"poll age {poll_age} ms > max poll interval {member.rebalance_timeout_ms} ms"
         engine.emit_member("poll_interval_expired", group, member, now_ms,
@@ -61,63 +110,65 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
                                  Cause(POLL_INTERVAL_EXPIRED, detail, member.member_id))
         out.reply(ctx.conn_id, ctx.correlation_id, POLL_EXPIRED_RESPONSE)
         return
-    if req.generation_id != group.generation_id:
-        out.reply(ctx.conn_id, ctx.correlation_id,
-                  heartbeat_response(ErrorCode.ILLEGAL_GENERATION))
-        return
-    # (an Empty group has no members, so validation already answered UNKNOWN_MEMBER_ID)
-    engine.arm_session(member, member.session_timeout_ms, now_ms)
-    member.last_heartbeat_ms = now_ms
-    if group.state is PREPARING_REBALANCE:
-        out.reply(ctx.conn_id, ctx.correlation_id,
-                  heartbeat_response(ErrorCode.REBALANCE_IN_PROGRESS))
-        return
-    # CompletingRebalance or Stable: NONE, possibly held as a long poll
-    hold = min(req.wait_ms, member.session_timeout_ms // 2)
-    if hold <= 0:
-        out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(NONE))
+    if verdict.renews:
+        engine.arm_session(member, member.session_timeout_ms, now_ms)
+        member.last_heartbeat_ms = now_ms
+    if verdict is not HOLD:
+        out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(verdict.code))
         return
     key = hbwait_key(ctx.conn_id, ctx.correlation_id)
     engine.parking.park(HEARTBEAT, group.group_id, member.member_id,
                         Address(ctx.conn_id, ctx.correlation_id, key))
-    out.set_timer(key, now_ms + hold)
+    out.set_timer(key, now_ms + min(req.wait_ms, member.session_timeout_ms // 2))
 
 
-def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> bool:
-    """Settle a heartbeat whose answer is NONE, now, with no outputs; False: not that case.
+class Renewal:
+    """A heartbeat :func:`renew` settled, answered NONE, and every change it made: the
+    member's session now ends at ``session_deadline_ms`` (its armed timer fires no later
+    and re-arms itself, so no timer operation), its last heartbeat is the ``now_ms`` given,
+    its poll age is ``poll_age_ms``, and it was attached to ``attached_conn`` (-1: it
+    already was)."""
 
-    Exactly what :func:`handle_heartbeat` would do for it (attach, poll age, liveness),
-    minus building a reply: valid member and generation, group Stable or
-    CompletingRebalance, poll age within bounds, no long poll to hold or end, and a
-    session timer already armed no later than the new deadline. When False is returned
-    nothing has changed, and the caller runs :func:`handle_heartbeat`.
-    """
+    __slots__ = ("group_id", "member_id", "session_deadline_ms", "poll_age_ms",
+                 "attached_conn")
+
+    def __init__(self, group_id: str, member_id: str, session_deadline_ms: int,
+                 poll_age_ms: int | None, attached_conn: int) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.session_deadline_ms = session_deadline_ms
+        self.poll_age_ms = poll_age_ms
+        self.attached_conn = attached_conn
+
+    def __repr__(self) -> str:
+        return (f"Renewal({self.group_id!r}, {self.member_id!r}, "
+                f"deadline={self.session_deadline_ms}, poll_age={self.poll_age_ms}, "
+                f"attached={self.attached_conn})")
+
+
+def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Renewal | None:
+    """The fast path: :func:`classify` says RENEWED, no long poll of the member is parked
+    and its armed session timer fires no later than the new deadline. Then the changes
+    :func:`handle_heartbeat` would make are made and returned; otherwise None, with
+    nothing changed (the caller runs the full path)."""
     _, group_id, generation_id, member_id, instance_id, poll_age, wait_ms = hb
     group = engine.groups.get(group_id)
-    if group is None or not group_id:
-        return False
-    state = group.state
-    if state is not STABLE and state is not COMPLETING_REBALANCE:
-        return False
-    member = group.members.get(member_id)
-    if member is None or generation_id != group.generation_id:
-        return False
-    if instance_id is not None and group.static_members.get(instance_id) != member_id:
-        return False
-    if poll_age >= 0 and poll_age > member.rebalance_timeout_ms:
-        return False
-    timeout = member.session_timeout_ms
-    if wait_ms > 0 and timeout // 2 > 0:
-        return False  # a long poll to hold
+    if classify(group, group_id, generation_id, member_id, instance_id, poll_age,
+                wait_ms) is not RENEWED:
+        return None
+    assert group is not None
+    member = group.members[member_id]
     armed = member.session_deadline
-    deadline = now_ms + timeout
+    deadline = now_ms + member.session_timeout_ms
     if armed is None or deadline < armed:
-        return False  # needs a timer op
+        return None  # needs a timer operation
     if engine.parking.is_parked(HEARTBEAT, group_id, member_id):
-        return False  # its previous long poll must be answered
-    if conn_id != member.last_conn:
+        return None  # its previous long poll must be answered
+    attached = -1
+    if conn_id != member.last_conn and not member.has_conn(conn_id):
         engine.attach(conn_id, group_id, member)
-    member.poll_age_ms = poll_age if poll_age >= 0 else None
-    member.expires_ms = deadline
+        attached = conn_id
+    age = member.poll_age_ms = poll_age if poll_age >= 0 else None
+    member.session_deadline = deadline
     member.last_heartbeat_ms = now_ms
-    return True
+    return Renewal(group_id, member_id, deadline, age, attached)

@@ -64,8 +64,7 @@ def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
         group.pending_sync.update(group.members)
     else:
         state = STABLE
-    group.state = group.previous_state = state
-    group.state_ms = record.state_ms
+    group.restore(state, record.state_ms)
     return group
 
 

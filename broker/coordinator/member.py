@@ -18,11 +18,11 @@ class Member:
 
     ``owned`` is the member's partitions from the last applied assignment (docs/protocol.md
     §7.2), ``None`` when its assignment could not be decoded (an *opaque* member).
-    ``session_deadline`` is when its armed session timer fires, ``None`` while none
-    runs (a member parked in JoinGroup/SyncGroup whose timer fired is "satisfied" and
-    waits without one). ``expires_ms`` is when the session really ends: a heartbeat only
-    moves it, and the timer, firing earlier, re-arms itself for it. That keeps timer
-    operations off the heartbeat path (``session_deadline <= expires_ms`` always).
+    ``session_deadline`` is when its session ends, ``None`` while it has none (a member
+    parked in JoinGroup/SyncGroup whose timer fired is "satisfied" and waits without one).
+    While it is set, a session timer is armed for it or earlier: a heartbeat only moves
+    the deadline later, and the timer, firing early, re-arms itself for it. That keeps
+    timer operations off the heartbeat path.
     """
 
     __slots__ = (
@@ -38,7 +38,6 @@ class Member:
         "is_new",
         "session_key",
         "session_deadline",
-        "expires_ms",
         "last_heartbeat_ms",
         "poll_age_ms",
         "last_conn",
@@ -73,7 +72,6 @@ class Member:
         self.is_new = False
         self.session_key: TimerKey = session_key(group_id, member_id)
         self.session_deadline: int | None = None
-        self.expires_ms = 0
         self.last_heartbeat_ms: int | None = None
         self.poll_age_ms: int | None = None
         self.last_conn = -1

@@ -2,7 +2,8 @@
 
 The shell executes a :class:`Result` in order: arm timers, emit events, write records,
 and only once they are durable send the replies. Handlers append to one reusable
-:class:`Outputs` builder; the common heartbeat builds none of this (``Coordinator.renew``).
+:class:`Outputs` builder; the common heartbeat builds none of this (``Coordinator.renew``
+returns a ``Renewal`` instead).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.records import GroupRecord
+from groupwire.broker.coordinator.state import GroupState
 from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import Response
@@ -35,17 +37,26 @@ class Reply:
     response: Response
 
 
+Transition = tuple[str, GroupState, GroupState]
+"""``(group_id, source, target)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
-    """Everything one input produced. Replies go out only after ``records`` are durable."""
+    """Everything one input produced. Replies go out only after ``records`` are durable.
+
+    ``transitions`` lists the state moves it made, ``(group, from, to)`` in order: the
+    shell has nothing to do for them; they are there so the result tells every change."""
 
     replies: tuple[Reply, ...] = ()
     timers: tuple[TimerOp, ...] = ()
     records: tuple[GroupRecord, ...] = ()
     events: tuple[GroupEvent, ...] = ()
+    transitions: tuple[Transition, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.replies or self.timers or self.records or self.events)
+        return bool(self.replies or self.timers or self.records or self.events
+                    or self.transitions)
 
 
 EMPTY_RESULT = Result()
@@ -62,13 +73,14 @@ class FetchCheck:
 class Outputs:
     """Mutable collector behind every entry point; :meth:`build` empties it."""
 
-    __slots__ = ("replies", "timers", "records", "events")
+    __slots__ = ("replies", "timers", "records", "events", "transitions")
 
     def __init__(self) -> None:
         self.replies: list[Reply] = []
         self.timers: list[TimerOp] = []
         self.records: list[GroupRecord] = []
         self.events: list[GroupEvent] = []
+        self.transitions: list[Transition] = []
 
     def reply(self, conn_id: int, correlation_id: int, response: Response) -> None:
         self.replies.append(Reply(conn_id, correlation_id, response))
@@ -84,11 +96,13 @@ class Outputs:
         self.timers.clear()
         self.records.clear()
         self.events.clear()
+        self.transitions.clear()
 
     def build(self) -> Result:
-        if not (self.replies or self.timers or self.records or self.events):
+        if not (self.replies or self.timers or self.records or self.events
+                or self.transitions):
             return EMPTY_RESULT
         result = Result(tuple(self.replies), tuple(self.timers), tuple(self.records),
-                        tuple(self.events))
+                        tuple(self.events), tuple(self.transitions))
         self.reset()
         return result

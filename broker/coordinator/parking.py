@@ -7,7 +7,9 @@ connection so that a closed connection drops its parked requests in one step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final, Literal
 
 from groupwire.broker.coordinator.timers import TimerKey
@@ -35,7 +37,7 @@ class Dropped:
     address: Address
 
 
-_NO_WAITERS: Final[dict[str, Address]] = {}
+_NO_WAITERS: Final[Mapping[str, Address]] = MappingProxyType({})
 
 
 class Parking:
@@ -88,6 +90,10 @@ class Parking:
 
     def members(self, kind: Kind, group_id: str) -> list[str]:
         return list(self._tables[kind].get(group_id, _NO_WAITERS))
+
+    def long_poll_timers(self) -> frozenset[TimerKey]:
+        """The timer keys of every parked long poll."""
+        return frozenset(self._by_timer)
 
     def heartbeat_for_timer(self, key: TimerKey) -> tuple[str, str] | None:
         return self._by_timer.get(key)

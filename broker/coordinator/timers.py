@@ -63,7 +63,7 @@ class TimerQueue:
     Replaced and cancelled entries stay in the heap until they surface or until they
     make up a third of it, when the heap is rebuilt: re-arming timers stays O(log n)
     without letting garbage grow without bound. (Session timers are not re-armed per
-    heartbeat: one fires at its old deadline and re-arms for the member's ``expires_ms``.)
+    heartbeat: one fires at its old deadline and re-arms for the member's new one.)
     """
 
     __slots__ = ("_heap", "_live", "_seq")
@@ -78,6 +78,15 @@ class TimerQueue:
 
     def __contains__(self, key: object) -> bool:
         return key in self._live
+
+    def armed(self) -> list[TimerKey]:
+        """The armed keys (in arming order)."""
+        return list(self._live)
+
+    @property
+    def heap_size(self) -> int:
+        """Entries the heap holds, replaced and cancelled ones not yet dropped included."""
+        return len(self._heap)
 
     def set(self, key: TimerKey, deadline_ms: int) -> None:
         self._seq += 1

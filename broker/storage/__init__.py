@@ -6,12 +6,12 @@ Plain synchronous file I/O, called from the broker's event loop; only
 
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import (
-    InvalidPartitionsError,
-    InvalidTopicError,
-    OffsetOutOfRangeError,
+    NoSuchPartitionError,
+    OffsetNotInLogError,
+    PartitionCountError,
     StorageError,
     TopicExistsError,
-    UnknownTopicOrPartitionError,
+    TopicRefusedError,
 )
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushTicket
@@ -27,14 +27,14 @@ __all__ = [
     "FileOps",
     "FlushTicket",
     "FsyncPolicy",
-    "InvalidPartitionsError",
-    "InvalidTopicError",
-    "OffsetOutOfRangeError",
+    "NoSuchPartitionError",
+    "OffsetNotInLogError",
+    "PartitionCountError",
     "PartitionLog",
     "RecoveryReport",
     "StorageConfig",
     "StorageError",
     "TopicExistsError",
+    "TopicRefusedError",
     "TopicStore",
-    "UnknownTopicOrPartitionError",
 ]

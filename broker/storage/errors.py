@@ -4,11 +4,14 @@
 
     StorageError                      a log could not be written or synced (KAFKA_STORAGE_ERROR)
     ├── CorruptLogError               a stored batch fails its CRC (CORRUPT_MESSAGE)
-    ├── OffsetOutOfRangeError         fetch offset outside [log start, high watermark]
-    ├── UnknownTopicOrPartitionError  no such topic or partition (also a KeyError)
-    ├── InvalidTopicError             bad topic name, or an internal topic refused
+    ├── OffsetNotInLogError           fetch offset outside [log start, high watermark]
+    ├── NoSuchPartitionError          no such topic or partition (also a KeyError)
+    ├── TopicRefusedError             bad topic name, or an internal topic refused
     ├── TopicExistsError              CreateTopics for a name already taken
-    └── InvalidPartitionsError        a partition count that is < 1 or does not grow
+    └── PartitionCountError           a partition count that is < 1 or does not grow
+
+Named for what went wrong in the log; the SDK's classes for the same wire codes
+(``OffsetOutOfRangeError``, ``UnknownTopicOrPartitionError`` ...) keep Kafka's names.
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ class CorruptLogError(StorageError):
     code = ErrorCode.CORRUPT_MESSAGE
 
 
-class OffsetOutOfRangeError(StorageError):
+class OffsetNotInLogError(StorageError):
     code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-class UnknownTopicOrPartitionError(StorageError, KeyError):
+class NoSuchPartitionError(StorageError, KeyError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-class InvalidTopicError(StorageError):
+class TopicRefusedError(StorageError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
@@ -49,5 +52,5 @@ class TopicExistsError(StorageError):
     code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
-class InvalidPartitionsError(StorageError):
+class PartitionCountError(StorageError):
     code = ErrorCode.INVALID_PARTITIONS

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from groupwire.broker.storage.errors import InvalidTopicError, StorageError
+from groupwire.broker.storage.errors import StorageError, TopicRefusedError
 
 META_FILE: Final = "meta.json"
 META_FORMAT: Final = 1
@@ -23,14 +23,14 @@ _TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def check_topic_name(name: str) -> None:
-    """Raise :class:`InvalidTopicError` unless ``name`` may be created by a client."""
+    """Raise :class:`TopicRefusedError` unless ``name`` may be created by a client."""
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
-        raise InvalidTopicError(
+        raise TopicRefusedError(
             f"invalid topic name {name!r}: 1-249 of [A-Za-z0-9._-] required")
     if name in (".", ".."):
-        raise InvalidTopicError(f"invalid topic name {name!r}")
+        raise TopicRefusedError(f"invalid topic name {name!r}")
     if name.startswith("__"):
-        raise InvalidTopicError(f"invalid topic name {name!r}: the __ prefix is reserved")
+        raise TopicRefusedError(f"invalid topic name {name!r}: the __ prefix is reserved")
 
 
 @dataclass(slots=True)

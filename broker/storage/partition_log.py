@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
-from groupwire.broker.storage.errors import CorruptLogError, OffsetOutOfRangeError, StorageError
+from groupwire.broker.storage.errors import CorruptLogError, OffsetNotInLogError, StorageError
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.recovery import RecoveryReport, open_segments
@@ -205,13 +205,13 @@ class PartitionLog:
 
         At most ``max_bytes``, except that with ``first_batch_always`` the first batch is
         returned whatever its size (KIP-74). Stops at a segment end. Raises
-        :class:`OffsetOutOfRangeError` outside ``[log_start_offset, high_watermark]``.
+        :class:`OffsetNotInLogError` outside ``[log_start_offset, high_watermark]``.
         """
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")
         start, hw = self.log_start_offset, self._hw
         if not start <= fetch_offset <= hw:
-            raise OffsetOutOfRangeError(
+            raise OffsetNotInLogError(
                 f"offset {fetch_offset} is outside [{start}, {hw}] "
                 f"for {self.topic}-{self.partition}")
         if fetch_offset == hw:

@@ -23,11 +23,11 @@ from typing import Final
 
 from groupwire.broker.storage.config import StorageConfig
 from groupwire.broker.storage.errors import (
-    InvalidPartitionsError,
-    InvalidTopicError,
+    NoSuchPartitionError,
+    PartitionCountError,
     StorageError,
     TopicExistsError,
-    UnknownTopicOrPartitionError,
+    TopicRefusedError,
 )
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
@@ -108,7 +108,7 @@ class TopicStore:
         if name in self._meta.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise InvalidPartitionsError(
+            raise PartitionCountError(
                 f"number of partitions must be 1-{MAX_PARTITIONS}, got {num_partitions}")
         self._add_partitions(name, 0, num_partitions)
 
@@ -117,15 +117,15 @@ class TopicStore:
         self._check_open()
         current = self._meta.topics.get(name)
         if current is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            raise NoSuchPartitionError(f"unknown topic {name!r}")
         if self.is_internal(name):
-            raise InvalidTopicError(f"{name} is internal: its partitions are fixed")
+            raise TopicRefusedError(f"{name} is internal: its partitions are fixed")
         if new_total <= current:
-            raise InvalidPartitionsError(
+            raise PartitionCountError(
                 f"topic {name!r} has {current} partitions; the new total must be larger, "
                 f"got {new_total}")
         if new_total > MAX_PARTITIONS:
-            raise InvalidPartitionsError(
+            raise PartitionCountError(
                 f"number of partitions must be at most {MAX_PARTITIONS}, got {new_total}")
         self._add_partitions(name, current, new_total)
 
@@ -199,12 +199,12 @@ class TopicStore:
         self._dirty[plog] = None
 
     def log(self, topic: str, partition: int) -> PartitionLog:
-        """The log of one partition; :class:`UnknownTopicOrPartitionError` (a ``KeyError``
+        """The log of one partition; :class:`NoSuchPartitionError` (a ``KeyError``
         too) if there is none."""
         try:
             return self._logs[(topic, partition)]
         except KeyError:
-            raise UnknownTopicOrPartitionError(
+            raise NoSuchPartitionError(
                 f"unknown topic or partition {topic}-{partition}") from None
 
     def append_kv(self, topic: str, partition: int,

@@ -19,8 +19,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
 from groupwire.cli.chaos.verdict import Verdict, judge, read_journals
+from groupwire.client.admin import Admin
+from groupwire.client.errors import GroupwireError
+from groupwire.client.producer import Producer
 
 TOPIC = "chaos"
 GROUP = "chaos-group"
@@ -80,8 +84,6 @@ async def run_chaos(opts: ChaosOptions, console: Console) -> Verdict:
 
 
 async def _scenario(run: Run) -> Verdict:
-    from groupwire.client import Admin
-
     opts = run.opts
     started_ms = time.time_ns() // 1_000_000
     if opts.bootstrap is None:
@@ -129,8 +131,6 @@ async def _scenario(run: Run) -> Verdict:
         (opts.report / "verdict.json").write_text(json.dumps(
             {"seed": opts.seed, "faults": run.log, **verdict.as_dict()}, indent=2))
         if opts.rebalance_report:  # the broker still serves: the job reads its events
-            from groupwire.cli.chaos.report_hook import write_rebalance_report
-
             await write_rebalance_report(run.bootstrap, opts.report, GROUP, run.console,
                                          since_ms=started_ms)
     return verdict
@@ -238,9 +238,6 @@ def _resume(member: Member) -> None:
 
 
 async def _produce(run: Run) -> None:
-    from groupwire.client import Producer
-    from groupwire.client.errors import GroupwireError
-
     opts = run.opts
     sent = 0
     t0 = time.monotonic()
@@ -264,8 +261,6 @@ async def _produce(run: Run) -> None:
 
 async def _sample_offsets(run: Run) -> None:
     """Committed offsets every 200 ms, to check that none ever goes backwards."""
-    from groupwire.client import Admin
-
     while True:
         try:
             async with Admin(run.bootstrap, client_id="chaos-monitor",

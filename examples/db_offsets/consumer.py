@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store import Store
 
-from groupwire.client import Consumer, RebalanceListener, TopicPartition
+from groupwire import Consumer, RebalanceListener, TopicPartition
 
 
 class SeekToStoredOffsets(RebalanceListener):

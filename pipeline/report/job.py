@@ -7,45 +7,41 @@ takes the one spark-submit configured. On a cluster (groupwire installed with th
 extra on the driver and every executor, since the data source runs there):
 
     spark-submit --master spark://host:7077 \
-        "$(python -c 'import pipeline.report.__main__ as m; print(m.__file__)')" \
+        "$(python -c 'import groupwire.pipeline.report.__main__ as m; print(m.__file__)')" \
         --bootstrap broker:9092 --out /shared/report
 
 Progress goes to stdout as ``report: <step>`` lines, which ``groupwire report`` shows.
+This module needs pyspark (the spark extra); the flags it takes are in
+:mod:`groupwire.pipeline.report.options`, which does not.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from groupwire.pipeline.report import page, tables
+from groupwire.pipeline.report.events import UNDECODABLE
+from groupwire.pipeline.report.options import (
+    ReportError,
+    ReportOptions,
+    build_parser,
+    options_from,
+)
+from groupwire.pipeline.source import register
 
 EVENTS_TOPIC = "__group_events"
 TABLES = ("events", "rebalances", "member_sessions", "partition_ownership")
 
 Progress = Callable[[str], None]
-
-
-class ReportError(Exception):
-    """A failure to report as one line (bad option, broker unreachable, no Spark)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReportOptions:
-    bootstrap: str
-    out: Path
-    group: str | None = None
-    since_ms: int | None = None
-    master: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,29 +61,12 @@ class ReportSummary:
     last_ms: int | None
 
 
-def parse_since(text: str) -> int:
-    """``--since``: epoch milliseconds, or an ISO-8601 time (UTC unless it says otherwise)."""
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ReportError(f"--since: expected epoch ms or an ISO-8601 time, got {text!r}"
-                          ) from exc
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1000)
-
-
 def spark_session(master: str | None) -> SparkSession:
     """The job's session: spark-submit's when ``master`` is None, else a new one.
 
     A local master binds the driver to loopback and makes the Python workers run this
     interpreter (where the package is installed), as Spark's Python data source needs.
     """
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.appName("groupwire-report").config(
         "spark.sql.session.timeZone", "UTC")
     if master is not None:
@@ -106,9 +85,7 @@ def spark_session(master: str | None) -> SparkSession:
 
 def read_events(spark: SparkSession, bootstrap: str) -> DataFrame:
     """All of ``__group_events`` (one partition, §9) through the ``groupwire`` source."""
-    from groupwire import pipeline
-
-    pipeline.register(spark)
+    register(spark)
     return (spark.read.format("groupwire").option("bootstrap", bootstrap)
             .option("subscribe", EVENTS_TOPIC).option("startingOffsets", "earliest")
             .option("endingOffsets", "latest").load())
@@ -117,11 +94,6 @@ def read_events(spark: SparkSession, bootstrap: str) -> DataFrame:
 def build_report(spark: SparkSession, records: DataFrame, opts: ReportOptions,
                  progress: Progress = lambda _: None) -> ReportSummary:
     """Decode, tabulate and write everything under ``opts.out`` from Kafka-schema records."""
-    from pyspark.sql import functions as F
-
-    from groupwire.pipeline.report import page, tables
-    from groupwire.pipeline.report.events import UNDECODABLE
-
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     progress(f"decoding {EVENTS_TOPIC}")
@@ -189,35 +161,6 @@ def run_report(opts: ReportOptions, progress: Progress = lambda _: None) -> Repo
     finally:
         if opts.master is not None:
             spark.stop()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m groupwire.pipeline.report",
-        description="Build the rebalance report (Parquet tables and report.html) from "
-                    "__group_events.")
-    add_arguments(p, default_master=None)
-    return p
-
-
-def add_arguments(p: argparse.ArgumentParser, default_master: str | None) -> None:
-    """The job's flags, shared with ``groupwire report``."""
-    p.add_argument("--bootstrap", default="127.0.0.1:9092",
-                   help="broker HOST:PORT (default 127.0.0.1:9092)")
-    p.add_argument("--out", type=Path, required=True,
-                   help="directory for the Parquet tables and report.html")
-    p.add_argument("--group", default=None, help="only this group (default: every group)")
-    p.add_argument("--since", default=None,
-                   help="only events from this time on: epoch ms or ISO-8601 (UTC default)")
-    p.add_argument("--master", default=default_master,
-                   help="Spark master (default: "
-                        + (default_master or "spark-submit's, else local[*]") + ")")
-
-
-def options_from(args: argparse.Namespace) -> ReportOptions:
-    since = parse_since(args.since) if args.since is not None else None
-    return ReportOptions(bootstrap=args.bootstrap, out=args.out, group=args.group,
-                         since_ms=since, master=args.master)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,7 +59,8 @@ async def test_a_half_sent_frame_is_closed_after_the_frame_read_timeout(
     assert await _closed_by_broker(trickle_r)
     # a connection between frames is only subject to connections_max_idle_ms (10 min)
     assert isinstance(await idle.send(ApiVersionsRequest()), ApiVersionsResponse)
-    assert broker.metrics.connections_closed.labels("frame-read-timeout")._value.get() == 2
+    assert broker.metrics.registry.get_sample_value(
+        "groupwire_connections_closed_total", {"reason": "frame-read-timeout"}) == 2
     await idle.close()
     for w in (header_only_w, trickle_w):
         w.close()

@@ -16,8 +16,6 @@ from groupwire.broker.coordinator import (
     Result,
     TimerQueue,
 )
-from groupwire.broker.coordinator.group import Group
-from groupwire.broker.coordinator.history import Cause
 from groupwire.broker.coordinator.state import GroupState
 from groupwire.protocol.messages import (
     DescribedGroup,
@@ -49,25 +47,12 @@ class World:
         self.on_deleted: Callable[[str], None] = lambda group_id: None
         self._cids = itertools.count(1)
         self._conns = itertools.count(1)
-        self._spy_transitions()
         self.apply(self.coord.start(self.now))
 
-    def _spy_transitions(self) -> None:
-        """Record every state move the engine makes (a probe: the legality is judged by
-        the simulator's own table, not the coordinator's)."""
-        engine = self.coord._engine
-        inner = engine.transition
-        log = self.transitions
-
-        def spy(group: Group, target: GroupState, now_ms: int,
-                cause: Cause | None = None) -> None:
-            source = group.state
-            inner(group, target, now_ms, cause)
-            log.append((source, target))
-
-        engine.transition = spy  # type: ignore[method-assign]
-
     def apply(self, result: Result) -> None:
+        # every state move, as the result reports it (the legality is judged by the
+        # simulator's own table, not the coordinator's)
+        self.transitions.extend((source, target) for _, source, target in result.transitions)
         self.timers.apply(result.timers)
         for event in result.events:
             if event.type == "group_deleted":

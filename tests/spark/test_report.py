@@ -186,7 +186,8 @@ async def wait_for_events(host: str, port: int,
 def report_run(spark: SparkSession, spark_broker: SparkBroker,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The scripted run, then the job over its events (one Spark job for all checks)."""
-    from groupwire.pipeline.report.job import ReportOptions, build_report, read_events
+    from groupwire.pipeline.report.job import build_report, read_events
+    from groupwire.pipeline.report.options import ReportOptions
 
     stamp = time.time_ns()
     group, topic = f"report-group-{stamp}", f"report-topic-{stamp}"
@@ -319,7 +320,7 @@ def test_html_report_is_written(report_run: dict[str, Any]) -> None:
 
 
 def _report_parser() -> Any:
-    """The ``report`` subcommand on its own parser (as broker/cli.py registers it)."""
+    """The ``report`` subcommand on its own parser (as groupwire.cli.main registers it)."""
     import argparse
 
     from groupwire.cli.report import register
@@ -352,7 +353,7 @@ def test_groupwire_report_runs_the_job_and_says_where_it_wrote(
 
 
 def test_groupwire_report_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
-    from groupwire.cli.main import CliError
+    from groupwire.cli.errors import CliError
 
     parser = _report_parser()
     for argv, message in (
@@ -365,7 +366,7 @@ def test_groupwire_report_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
 
 
 def test_since_takes_epoch_ms_or_iso_times() -> None:
-    from groupwire.pipeline.report.job import parse_since
+    from groupwire.pipeline.report.options import parse_since
 
     assert parse_since("1732250000000") == 1_732_250_000_000
     assert parse_since("2024-11-22T04:33:20Z") == 1_732_250_000_000

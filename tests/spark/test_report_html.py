@@ -139,7 +139,8 @@ def _events() -> list[dict[str, Any]]:
 @needs_chromium
 @pytest.mark.spark
 def test_the_jobs_report_is_drawn_by_the_browser(spark: SparkSession, tmp_path: Path) -> None:
-    from groupwire.pipeline.report.job import ReportOptions, build_report
+    from groupwire.pipeline.report.job import build_report
+    from groupwire.pipeline.report.options import ReportOptions
 
     rows: list[tuple[Any, ...]] = [(b"shop", msgpack.packb(ev), "__group_events", 0, i,
              dt.datetime.fromtimestamp(ev["ts_ms"] / 1000, dt.UTC), [])
@@ -164,7 +165,8 @@ def test_the_jobs_report_is_drawn_by_the_browser(spark: SparkSession, tmp_path: 
 @pytest.mark.spark
 def test_a_window_with_no_events_still_writes_tables_and_a_page(spark: SparkSession,
                                                                tmp_path: Path) -> None:
-    from groupwire.pipeline.report.job import ReportOptions, build_report
+    from groupwire.pipeline.report.job import build_report
+    from groupwire.pipeline.report.options import ReportOptions
 
     records = spark.createDataFrame([], RECORD_SCHEMA)
     out = tmp_path / "empty"

@@ -8,8 +8,11 @@ import pytest
 
 from groupwire.broker.server import Broker
 from groupwire.client.admin import Admin, PartitionLag, TopicDescription, TopicSpec
+from groupwire.client.cluster import Cluster
 from groupwire.client.connection import Connection
 from groupwire.client.errors import (
+    BrokerNotAvailableError,
+    ClientClosedError,
     GroupIdNotFoundError,
     InvalidPartitionsError,
     NonEmptyGroupError,
@@ -131,8 +134,6 @@ async def test_reset_refused_while_the_group_has_members(
 
 
 async def test_cluster_skips_dead_bootstrap_addresses_and_reconnects(broker: Broker) -> None:
-    from groupwire.client.cluster import Cluster
-
     cluster = Cluster(["127.0.0.1:1", f"127.0.0.1:{broker.port}"], request_timeout_ms=5000,
                       retry_backoff_ms=1, retry_backoff_max_ms=5)
     try:
@@ -151,9 +152,6 @@ async def test_cluster_skips_dead_bootstrap_addresses_and_reconnects(broker: Bro
 
 
 async def test_cluster_gives_up_when_no_broker_answers() -> None:
-    from groupwire.client.cluster import BrokerNotAvailableError, Cluster
-    from groupwire.client.errors import ClientClosedError
-
     cluster = Cluster("127.0.0.1:1,127.0.0.1:2", request_timeout_ms=100, retry_backoff_ms=5)
     with pytest.raises(BrokerNotAvailableError, match=r"127\.0\.0\.1:1,127\.0\.0\.1:2"):
         await cluster.connection()
@@ -167,6 +165,6 @@ async def test_producer_resends_after_losing_its_connection(
     await create_topic("resend", 1)
     async with Producer(bootstrap, retry_backoff_ms=1) as p:
         assert (await p.send_and_wait("resend", b"a")).offset == 0
-        conn = await p._cluster.connection()
+        conn = await p.cluster.connection()
         await conn.close()
         assert (await p.send_and_wait("resend", b"b")).offset == 1

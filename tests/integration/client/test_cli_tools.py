@@ -1,5 +1,6 @@
-"""``groupwire topics|groups|produce`` against a real broker (commands run in a thread,
-since each runs its own event loop while the broker serves on the test's)."""
+"""``groupwire topics|groups|produce|consume`` against a real broker: the command's own
+``main(argv)``, run in a thread, since each command runs its own event loop while the
+broker serves on the test's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from groupwire.broker.server import Broker
-from groupwire.cli.client_commands import main_for_tests
+from groupwire.cli.main import main
 from groupwire.client.admin import Admin
 from groupwire.client.connection import Connection
 from groupwire.client.types import TopicPartition
@@ -29,7 +30,7 @@ async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str,
     """Exit code, stdout, and the command's own stderr lines (the in-process broker logs
     to the same captured streams; its lines are left out)."""
     capsys.readouterr()
-    code = await asyncio.to_thread(main_for_tests, list(argv))
+    code = await asyncio.to_thread(main, list(argv))
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     own = "".join(line + "\n" for line in err.splitlines() if line.startswith("groupwire "))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from groupwire.broker.server import Broker
+from groupwire.client.clock import monotonic_ms
 from groupwire.client.connection import Connection
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import CommitFailedError, ListenerError
@@ -157,7 +158,7 @@ async def test_poll_interval_expiry_loses_partitions(broker: Broker, admin: Conn
         async def wait_lost() -> None:
             while c.health()["state"] != "lost":
                 with contextlib.suppress(TimeoutError):  # re-check: a notice may race
-                    await asyncio.wait_for(c._wait_for_change(), 0.5)
+                    await asyncio.wait_for(c.wait_for_change(), 0.5)
         await asyncio.wait_for(wait_lost(), 10)
         with pytest.raises(CommitFailedError):
             await c.commit()
@@ -310,16 +311,30 @@ async def test_static_member_restart_gets_same_assignment_without_rebalance(
             assert b.health()["state"] == "stable"
 
 
+class JumpingClock:
+    """The process's monotonic clock plus an offset a test moves, as a SIGSTOP would."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def jump(self, ms: int) -> None:
+        self.offset_ms += ms
+
+    def __call__(self) -> int:
+        return monotonic_ms() + self.offset_ms
+
+
 async def test_a_frozen_consumer_does_not_hand_out_records_buffered_before_the_freeze(
-        broker: Broker, admin: Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+        broker: Broker, admin: Connection) -> None:
     """A SIGSTOPped consumer, once resumed, sees a whole session timeout without a
     heartbeat answer: by then its partitions belong to someone else, so what it fetched
     before the freeze is dropped and the partitions are reported lost, not handed out."""
     await create_topic(admin, TOPIC, 1)
     await produce(admin, TOPIC, 0, [b"r%d" % i for i in range(5)])
     rec = Recorder()
+    clock = JumpingClock()
     c = Consumer(bootstrap(broker), group_id="frozen", enable_auto_commit=False,
-                 max_poll_records=1, **{**FAST, "heartbeat_interval_ms": 1000})
+                 max_poll_records=1, clock=clock, **{**FAST, "heartbeat_interval_ms": 1000})
     async with c:
         c.subscribe([TOPIC], listener=rec)
         got: list[Any] = []
@@ -327,14 +342,9 @@ async def test_a_frozen_consumer_does_not_hand_out_records_buffered_before_the_f
         assert [r.offset for r in got] == [0]  # the other four wait in the fetch buffer
         first_member = c.member_id
 
-        # the freeze: every clock of the process jumps past the session timeout at once
-        from groupwire.client import consumer, heartbeat, joiner
-        real = heartbeat.monotonic_ms
-
-        def frozen_clock() -> int:
-            return real() + FAST["session_timeout_ms"] + 1
-        for module in (consumer, heartbeat, joiner):
-            monkeypatch.setattr(module, "monotonic_ms", frozen_clock)
+        # the freeze: the consumer's one clock (its heartbeat thread's too) jumps past the
+        # session timeout at once
+        clock.jump(FAST["session_timeout_ms"] + 1)
 
         rec.events.clear()
         after: list[Any] = []

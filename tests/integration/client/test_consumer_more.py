@@ -210,8 +210,7 @@ async def test_unsubscribe_revokes_and_leaves(broker: Broker, admin: Connection)
         owned = frozenset(c.assignment())
         c.unsubscribe()
         assert c.assignment() == set() and c.member_id == ""
-        assert c._leave_task is not None
-        await asyncio.wait_for(c._leave_task, 10)  # revoked, then LeaveGroup
+        await asyncio.wait_for(c.wait_for_leave(), 10)  # revoked, then LeaveGroup
         assert rec.events[-1] == ("revoked", owned)
         assert (await _describe(admin, "unsub")).group_state == "Empty"
         c.subscribe([TOPIC], listener=rec)  # and it can come back as a new member

@@ -78,18 +78,19 @@ async def test_keyed_records_land_on_partition_for_key(
 
 
 async def test_buffered_records_of_many_partitions_go_in_one_produce_on_flush(
-        broker: Broker, bootstrap: str, create_topic: CreateTopic) -> None:
+        broker: Broker, bootstrap: str, create_topic: CreateTopic,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     await create_topic("multi", 3)
     async with Producer(bootstrap, linger_ms=60_000) as p:
         produces: list[ProduceRequest] = []
-        real_send = p._cluster.send
+        real_send = p.cluster.send
 
         async def spy(request: Request, **kw: object) -> Response:
             if isinstance(request, ProduceRequest):
                 produces.append(request)
             return await real_send(request, **kw)  # type: ignore[arg-type]
 
-        p._cluster.send = spy  # type: ignore[method-assign,assignment]
+        monkeypatch.setattr(p.cluster, "send", spy)
         futures = [await p.send("multi", f"{i}".encode(), partition=i % 3) for i in range(30)]
         assert not any(f.done() for f in futures)  # lingering, nothing sent yet
         await p.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from groupwire.client.fetcher import Fetcher
@@ -65,3 +66,26 @@ async def test_a_rebalance_during_a_fetch_keeps_the_records_of_partitions_that_s
     assert [r.offset for r in subs.partitions[kept].buffer] == [0]
     assert gone not in subs.partitions
     assert not subs.partitions[new].buffer  # no position yet: its records are not taken
+
+
+async def test_a_fetch_planned_before_its_partitions_were_lost_sends_nothing() -> None:
+    """The Fetch task starts a loop turn after it was planned; a poll in between may drop
+    the assignment (lost partitions). The task must then end quietly, not crash."""
+    tp = TopicPartition("t", 0)
+    subs = SubscriptionState()
+    subs.set_assignment([tp])
+    subs.partitions[tp].seek(0)
+    tasks: list[asyncio.Task[None]] = []
+
+    def spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
+        return tasks[-1]
+
+    fetcher = Fetcher(subs, _never, auto_offset_reset="earliest", fetch_max_wait_ms=500,
+                      spawn=spawn)
+    fetcher.maybe_fetch(None)
+    subs.set_assignment(())  # before the task has run
+    (task,) = tasks
+    await asyncio.wait({task})
+    assert task.exception() is None
+    assert not fetcher.in_flight and fetcher.error is None

@@ -238,7 +238,7 @@ def test_long_poll_dies_with_its_connection() -> None:
 
 
 def _armed(sim: Sim) -> list[tuple[str, ...]]:
-    return [k for k in list(sim.timers._live)]
+    return sim.timers.armed()
 
 
 # --- §7.4 connection loss ---------------------------------------------------------------

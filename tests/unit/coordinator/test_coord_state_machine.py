@@ -182,8 +182,8 @@ class GroupMachine(RuleBasedStateMachine):
 
     @invariant()
     def group_is_consistent(self) -> None:
-        engine = self.sim.coord._engine
-        group = engine.groups.get("g")
+        view = self.sim.coord.view
+        group = view.group("g")
         if group is None:
             self.last_generation = 0  # deleted (retention sweep): may come back new
             self.leaders.clear()
@@ -207,25 +207,27 @@ class GroupMachine(RuleBasedStateMachine):
             assert not members and group.protocol_name is None
         if group.state in (COMPLETING_REBALANCE, STABLE):
             assert group.protocol_name is not None and members
-            assert not any(engine.is_awaiting_join(group, mid) for mid in members)
+            assert not any(view.is_awaiting_join("g", mid) for mid in members)
         if group.state is PREPARING_REBALANCE:
             assert group.join_deadline is not None and group.join_deadline >= now
             assert self.sim.timer_deadline(group.join_key) == group.join_deadline
         if group.state is STABLE:  # everyone synced or free to: nobody waits in Sync
-            assert engine.parking.count(SYNC, "g") == 0
+            assert view.parked(SYNC, "g") == []
             assert not any(m.is_new for m in members.values())
         if group.pending_sync and group.state in (COMPLETING_REBALANCE, STABLE):
             assert group.sync_deadline is not None and group.sync_deadline >= now
         # parked requests belong to members
         for kind in (JOIN, SYNC):
-            assert set(engine.parking.members(kind, "g")) <= set(members)
-        # nobody outlives its deadline: each live session has its timer armed
+            assert set(view.parked(kind, "g")) <= set(members)
+        # nobody outlives its deadline: each live session has its timer armed, for the
+        # deadline or earlier (a timer firing early re-arms itself for the deadline)
         for m in members.values():
             if m.session_deadline is None:
-                assert engine.is_satisfied(group, m), f"{m} has no session timer"
+                assert view.is_satisfied("g", m.member_id), f"{m} has no session timer"
             else:
                 assert m.session_deadline > now or m.session_deadline == now
-                assert self.sim.timer_deadline(m.session_key) == m.session_deadline
+                armed = self.sim.timer_deadline(m.session_key)
+                assert armed is not None and now <= armed <= m.session_deadline
         for pending_id, deadline in group.pending_join.items():
             assert deadline >= now
             assert self.sim.timer_deadline(("session", "g", pending_id)) == deadline
@@ -234,8 +236,8 @@ class GroupMachine(RuleBasedStateMachine):
             assert group.join_key not in self.sim.timers
         if group.sync_deadline is None or not group.pending_sync:
             assert ("sync", "g", str(group.generation_id)) not in self.sim.timers
-        armed_polls = {k for k in self.sim.timers._live if k[0] == "hbwait"}
-        assert armed_polls == set(engine.parking._by_timer)
+        armed_polls = {k for k in self.sim.timers.armed() if k[0] == "hbwait"}
+        assert armed_polls == view.long_poll_timers()
         # no partition owned twice
         owned: dict[tuple[str, int], str] = {}
         for m in members.values():

@@ -24,7 +24,7 @@ def test_heap_garbage_is_compacted() -> None:
     for i in range(10_000):
         q.set(("session", "g", str(i % 10)), i)
     assert len(q) == 10
-    assert len(q._heap) < 100
+    assert q.heap_size < 100
     assert q.pop_due(10**9) == [("session", "g", str(i)) for i in range(10)]
 
 

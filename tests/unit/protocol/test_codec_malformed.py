@@ -21,10 +21,10 @@ from groupwire.protocol.errors import (
     BodyError,
     EnvelopeError,
     ErrorCode,
-    InvalidRequestError,
     LocalProtocolError,
+    MalformedRequestError,
     RemoteProtocolError,
-    UnsupportedVersionError,
+    UnsupportedRequestError,
 )
 
 from .message_strategies import message_strategy, msgpack_values
@@ -44,8 +44,8 @@ def request(api_key: int, body: Any, *, version: int = 0, cid: int = 5) -> bytes
 HEARTBEAT = {"group_id": "g", "generation_id": 1, "member_id": "c-1"}
 
 
-def invalid(payload: bytes) -> InvalidRequestError:
-    with pytest.raises(InvalidRequestError) as info:
+def invalid(payload: bytes) -> MalformedRequestError:
+    with pytest.raises(MalformedRequestError) as info:
         decode_request(payload)
     assert info.value.code is ErrorCode.INVALID_REQUEST
     return info.value
@@ -89,7 +89,7 @@ def test_ext_body_and_int_keys_are_invalid_request_not_a_closed_connection(
     payload: bytes, why: str
 ) -> None:
     # docs/protocol.md §2: one msgpack value with a valid envelope is answered, never dropped
-    with pytest.raises(InvalidRequestError) as info:
+    with pytest.raises(MalformedRequestError) as info:
         decode_request(payload)
     assert info.value.message == why
     assert info.value.correlation_id == 5
@@ -109,14 +109,14 @@ def test_client_id_may_be_nil() -> None:
 
 @pytest.mark.parametrize("key", [4, 17, 1000, -1])
 def test_unknown_api_key_is_unsupported_version(key: int) -> None:
-    with pytest.raises(UnsupportedVersionError) as info:
+    with pytest.raises(UnsupportedRequestError) as info:
         decode_request(request(key, {}, cid=99))
     assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
     assert (info.value.correlation_id, info.value.api_key) == (99, key)
 
 
 def test_unknown_version_is_unsupported_even_with_a_bad_body() -> None:
-    with pytest.raises(UnsupportedVersionError) as info:
+    with pytest.raises(UnsupportedRequestError) as info:
         decode_request(request(12, "not a map", version=1, cid=3))
     assert (info.value.correlation_id, info.value.api_key) == (3, 12)
 
@@ -279,10 +279,10 @@ def test_random_bodies_in_valid_envelopes(key: int, body: Any, version: int) -> 
         decode_request(pack([key, version, 5, None, body]))
     except BodyError as error:
         assert (error.correlation_id, error.api_key) == (5, key)
-        if isinstance(error, UnsupportedVersionError):
+        if isinstance(error, UnsupportedRequestError):
             assert key == 99 or (version != 0 and key != m.ApiKey.API_VERSIONS)
         else:
-            assert isinstance(error, InvalidRequestError)
+            assert isinstance(error, MalformedRequestError)
             assert version == 0 and ": " in error.message
 
 
@@ -309,5 +309,5 @@ def test_random_values_spliced_into_a_fetch(value: Any, key: str) -> None:
     body[key] = value
     try:
         decode_request(request(1, body))
-    except InvalidRequestError as error:
+    except MalformedRequestError as error:
         assert error.message.startswith(key)

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupwire.protocol import messages as m
+from groupwire.protocol.bodies import BODY_CODECS
 from groupwire.protocol.codec import (
     decode_message,
     decode_request,
@@ -22,6 +23,7 @@ from groupwire.protocol.codec import (
     encode_response,
     peek_response_correlation_id,
 )
+from groupwire.protocol.codegen import Generator
 from groupwire.protocol.errors import ErrorCode
 
 from .message_strategies import message_strategy
@@ -213,8 +215,27 @@ class _PostInit:
 
 
 def test_classes_with_post_init_are_built_through_init() -> None:
-    value = decode_message(_PostInit, {"name": "x"})
+    value = Generator().decoder(_PostInit)({"name": "x"})
     assert value.seen == ["x"]
+
+
+def test_the_message_helpers_refuse_classes_outside_the_table() -> None:
+    with pytest.raises(TypeError, match="_PostInit"):
+        decode_message(_PostInit, {"name": "x"})
+    with pytest.raises(TypeError, match="_PostInit"):
+        encode_message(_PostInit(name="x"))
+
+
+def test_the_codec_table_is_complete_and_read_only() -> None:
+    for cls in m.REQUEST_TYPES.values():
+        assert cls in BODY_CODECS.decoders and cls in BODY_CODECS.request_encoders
+    for cls in m.RESPONSE_TYPES.values():
+        assert cls in BODY_CODECS.decoders and cls in BODY_CODECS.response_encoders
+    table: Any = BODY_CODECS.decoders
+    with pytest.raises(TypeError):
+        table[_PostInit] = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        BODY_CODECS.decoders = {}  # type: ignore[misc]
 
 
 def test_decoded_default_lists_are_not_shared() -> None:

@@ -18,7 +18,7 @@ from groupwire.protocol.codec import (
     encode_request,
     encode_response,
 )
-from groupwire.protocol.errors import InvalidRequestError
+from groupwire.protocol.errors import MalformedRequestError
 
 from . import independent_codec as ind
 from .message_strategies import message_strategy
@@ -109,6 +109,6 @@ def test_both_reject_the_same_nested_field_with_the_same_path() -> None:
     payload = msgpack.packb([1, 0, 1, None, body])
     with pytest.raises(ind.Invalid, match=r"^topics\[0\]\.partitions\[0\]\.fetch_offset: "):
         ind.decode_request(payload)
-    with pytest.raises(InvalidRequestError) as info:
+    with pytest.raises(MalformedRequestError) as info:
         decode_request(payload)
     assert info.value.message == "topics[0].partitions[0].fetch_offset: expected long"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from groupwire.broker.storage import FsyncPolicy, OffsetOutOfRangeError, StorageError
+from groupwire.broker.storage import FsyncPolicy, OffsetNotInLogError, StorageError
 from groupwire.protocol.batches import (
     BatchRecord,
     decode_records,
@@ -96,10 +96,10 @@ def test_offsets_outside_the_log_are_out_of_range(h: H, open_log: Any) -> None:
     log = open_log()
     fill(h, log, 2)
     assert log.read(4, 100, True) == b""
-    with pytest.raises(OffsetOutOfRangeError) as info:
+    with pytest.raises(OffsetNotInLogError) as info:
         log.read(5, 100, True)
     assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
-    with pytest.raises(OffsetOutOfRangeError):
+    with pytest.raises(OffsetNotInLogError):
         log.read(-1, 100, True)
 
 
@@ -118,7 +118,7 @@ def test_always_serves_data_only_after_the_ticket_completes(h: H, open_log: Any)
     h.append(log, [b"a", b"b"])
     assert (log.log_end_offset, log.high_watermark) == (2, 0)
     assert log.read(0, 100, True) == b""
-    with pytest.raises(OffsetOutOfRangeError):
+    with pytest.raises(OffsetNotInLogError):
         log.read(1, 100, True)
     ticket = log.take_dirty()
     h.append(log, [b"c"])  # written after the ticket was taken: not covered by it
@@ -205,7 +205,7 @@ def test_retention_by_bytes_deletes_oldest_segments_only(h: H, open_log: Any) ->
     start = log.log_start_offset
     assert start > 0
     assert h.values(h.read_all(log)) == written[start:]
-    with pytest.raises(OffsetOutOfRangeError):
+    with pytest.raises(OffsetNotInLogError):
         log.read(start - 1, 100, True)
     before = log.segment_count
     assert log.apply_retention(0, -1, 0) == before - 1

@@ -13,13 +13,13 @@ from groupwire.broker.storage import (
     EVENTS_TOPIC,
     OFFSETS_TOPIC,
     FsyncPolicy,
-    InvalidPartitionsError,
-    InvalidTopicError,
+    NoSuchPartitionError,
+    PartitionCountError,
     StorageConfig,
     StorageError,
     TopicExistsError,
+    TopicRefusedError,
     TopicStore,
-    UnknownTopicOrPartitionError,
 )
 from groupwire.protocol.errors import ErrorCode
 
@@ -51,7 +51,7 @@ def test_offsets_partitions_is_fixed_when_the_dir_is_created(tmp_path: Path) -> 
     second = TopicStore(tmp_path / "d", StorageConfig(offsets_partitions=7))
     assert second.offsets_partitions == 3 == second.partition_count(OFFSETS_TOPIC)
     assert second.cluster_id == cluster_id
-    with pytest.raises(UnknownTopicOrPartitionError):
+    with pytest.raises(NoSuchPartitionError):
         second.log(OFFSETS_TOPIC, 3)
     second.close()
 
@@ -59,7 +59,7 @@ def test_offsets_partitions_is_fixed_when_the_dir_is_created(tmp_path: Path) -> 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "a/b", "a b", "tópico", "__mine",
                                   OFFSETS_TOPIC, "x\n"])
 def test_invalid_topic_names(store: Any, name: str) -> None:
-    with pytest.raises(InvalidTopicError) as info:
+    with pytest.raises(TopicRefusedError) as info:
         store.create_topic(name, 1)
     assert info.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert store.partition_count(name) is None or name == OFFSETS_TOPIC
@@ -78,7 +78,7 @@ def test_create_topic_errors(store: Any) -> None:
         store.create_topic("t", 3)
     assert exists.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
     for bad in (0, -1):
-        with pytest.raises(InvalidPartitionsError) as invalid:
+        with pytest.raises(PartitionCountError) as invalid:
             store.create_topic("u", bad)
         assert invalid.value.code == ErrorCode.INVALID_PARTITIONS
     assert store.partition_count("t") == 1 and store.partition_count("u") is None
@@ -92,11 +92,11 @@ def test_create_partitions_grows_only(store: Any, h: H) -> None:
     assert store.log("t", 4).log_end_offset == 0
     assert h.values(h.read_all(store.log("t", 1))) == [b"kept"]
     for total in (5, 3):
-        with pytest.raises(InvalidPartitionsError):
+        with pytest.raises(PartitionCountError):
             store.create_partitions("t", total)
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(TopicRefusedError):
         store.create_partitions(EVENTS_TOPIC, 2)
-    with pytest.raises(UnknownTopicOrPartitionError) as unknown:
+    with pytest.raises(NoSuchPartitionError) as unknown:
         store.create_partitions("nope", 2)
     assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -178,7 +178,7 @@ def test_append_kv_and_scan(store: Any) -> None:
     assert got == [(0, b"k1", b"v1", 10), (1, b"k2", None, 11), (2, b"k1", b"v1b", 12)]
     assert [r.offset for r in store.scan(OFFSETS_TOPIC, 1, from_offset=1)] == [1, 2]
     assert list(store.scan(OFFSETS_TOPIC, 0)) == []
-    with pytest.raises(UnknownTopicOrPartitionError):
+    with pytest.raises(NoSuchPartitionError):
         store.append_kv("nope", 0, [(b"k", b"v", 1)])
 
 

@@ -1,0 +1,48 @@
+"""``groupwire broker``: run the broker until SIGTERM or SIGINT, then stop it gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from groupwire.broker import config
+from groupwire.broker.logs import configure_logging
+from groupwire.broker.server import Broker
+from groupwire.cli.errors import CliError
+from groupwire.cli.running import run_loop
+
+
+def register(subparsers: Any) -> None:
+    """Add ``broker`` (every flag of :mod:`groupwire.broker.config`) to the subparsers."""
+    p = subparsers.add_parser(
+        "broker", help="run the broker (storage in --data-dir)",
+        description="Run the broker. Every flag also reads GROUPWIRE_<NAME>.")
+    config.add_arguments(p)
+    p.set_defaults(func=_cmd_broker)
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    settings = config.resolve(args)
+    configure_logging(settings.log_format, settings.log_level)
+    run_loop(lambda: run_broker(settings))
+    return 0
+
+
+async def run_broker(settings: config.BrokerSettings) -> None:
+    """Serve until SIGTERM or SIGINT; a port that cannot be bound is a CliError."""
+    broker = Broker(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    try:
+        await broker.start()
+    except OSError as exc:
+        await broker.close()
+        raise CliError(f"cannot listen on {settings.host}:{settings.port}: "
+                       f"{exc.strerror or exc}") from exc
+    try:
+        await broker.serve_until_stopped()
+    finally:
+        await broker.close()

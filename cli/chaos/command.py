@@ -1,0 +1,70 @@
+"""``groupwire chaos``: the subcommand's flags, turned into a :class:`ChaosOptions` run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from groupwire.broker.logs import configure_logging
+from groupwire.cli.chaos.runner import ChaosOptions, run_chaos
+from groupwire.cli.errors import EXIT_FAILURE, CliError
+from groupwire.cli.running import run_loop
+
+
+def register(subparsers: Any) -> None:
+    """Add ``chaos`` to the ``groupwire`` subparsers."""
+    d = ChaosOptions()
+    p = subparsers.add_parser(
+        "chaos", help="kill, freeze and restart consumers (and the broker); "
+        "check that nothing is lost",
+        description="Run a producer, consumer processes in one group and a fault schedule "
+        "drawn from --seed; print a verdict, exit 1 on a violation.")
+    p.add_argument("--bootstrap", default=None,
+                   help="an existing broker HOST:PORT (default: start one on temporary storage)")
+    p.add_argument("--consumers", type=int, default=d.consumers,
+                   help=f"consumer processes (default {d.consumers})")
+    p.add_argument("--faults", type=int, default=d.faults,
+                   help=f"consumer faults: kill, freeze, restart, add, remove (default {d.faults})")
+    p.add_argument("--records", type=int, default=d.records,
+                   help=f"records to produce (default {d.records})")
+    p.add_argument("--rate", type=int, default=d.rate,
+                   help=f"records per second (default {d.rate})")
+    p.add_argument("--partitions", type=int, default=d.partitions,
+                   help=f"partitions (default {d.partitions})")
+    p.add_argument("--broker-faults", type=int, default=d.broker_faults,
+                   help=f"SIGKILL and restart the run's own broker this often "
+                   f"(default {d.broker_faults})")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help=f"fault schedule seed (default {d.seed})")
+    p.add_argument("--session-timeout-ms", type=int, default=d.session_timeout_ms,
+                   help=f"consumers' session timeout (default {d.session_timeout_ms})")
+    p.add_argument("--report", type=Path, default=None,
+                   help="keep journals, broker log and verdict.json in this directory")
+    p.add_argument("--rebalance-report", action="store_true",
+                   help="with --report: also write the Spark rebalance report of the run to "
+                   "DIR/rebalance-report (needs the spark extra and Java)")
+    p.set_defaults(func=_cmd_chaos)
+
+
+def options_from(args: argparse.Namespace) -> ChaosOptions:
+    """The run's options; combinations that cannot work are CliErrors."""
+    opts = ChaosOptions(
+        bootstrap=args.bootstrap, consumers=args.consumers, faults=args.faults,
+        records=args.records, broker_faults=args.broker_faults, seed=args.seed,
+        session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
+        rate=args.rate, report=args.report, rebalance_report=args.rebalance_report)
+    if opts.rebalance_report and opts.report is None:
+        raise CliError("--rebalance-report: needs --report DIR to write it into")
+    if opts.bootstrap is not None and opts.broker_faults:
+        raise CliError("--broker-faults: only with the run's own broker (no --bootstrap)")
+    return opts
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    opts = options_from(args)
+    configure_logging("console", "error")
+    verdict = run_loop(lambda: run_chaos(opts, Console()))
+    return EXIT_FAILURE if verdict.violations else 0

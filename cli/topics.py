@@ -1,0 +1,87 @@
+"""``groupwire topics create|list|describe``: the SDK's Admin on topics."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from groupwire.cli.arguments import add_connection_flags
+from groupwire.cli.output import emit_json, table
+from groupwire.cli.running import run_with_admin
+from groupwire.client.admin import Admin, TopicSpec
+from groupwire.client.types import TopicPartition
+
+
+def register(subparsers: Any) -> None:
+    """Add ``topics`` and its actions to the ``groupwire`` subparsers."""
+    topics = subparsers.add_parser("topics", help="create, list and describe topics")
+    actions = topics.add_subparsers(dest="topics_command", metavar="ACTION")
+    actions.required = True
+    p = actions.add_parser("create", help="create topics")
+    p.add_argument("names", nargs="+", metavar="TOPIC", help="topic names to create")
+    p.add_argument("--partitions", type=int, default=-1,
+                   help="partitions per topic (default: the broker's --num-partitions)")
+    p.add_argument("--replication-factor", type=int, default=1,
+                   help="replicas per partition; only 1 is supported (default 1)")
+    p.add_argument("--if-not-exists", action="store_true",
+                   help="do not fail when a topic already exists")
+    add_connection_flags(p)
+    p.set_defaults(func=create)
+    p = actions.add_parser("list", help="list topics and their partition counts")
+    p.add_argument("--internal", action="store_true", help="include internal topics")
+    add_connection_flags(p)
+    p.set_defaults(func=list_topics)
+    p = actions.add_parser("describe", help="start and end offsets of each partition")
+    p.add_argument("names", nargs="*", metavar="TOPIC", help="topics (default: all)")
+    add_connection_flags(p)
+    p.set_defaults(func=describe)
+
+
+def create(args: argparse.Namespace) -> int:
+    async def body(admin: Admin) -> int:
+        specs = [TopicSpec(n, args.partitions, args.replication_factor) for n in args.names]
+        created = await admin.create_topics(specs, exist_ok=args.if_not_exists)
+        if args.json:
+            emit_json({"created": created})
+        else:
+            table("created topics", ["topic", "partitions"], sorted(created.items()))
+        return 0
+
+    return run_with_admin(args, body)
+
+
+def list_topics(args: argparse.Namespace) -> int:
+    async def body(admin: Admin) -> int:
+        topics = await admin.describe_topics(include_internal=args.internal)
+        if args.json:
+            emit_json([{"name": t.name, "partitions": t.partitions, "internal": t.internal}
+                       for t in topics])
+        else:
+            table("topics", ["topic", "partitions", "internal"],
+                  [(t.name, t.partitions, "yes" if t.internal else "") for t in topics])
+        return 0
+
+    return run_with_admin(args, body)
+
+
+def describe(args: argparse.Namespace) -> int:
+    async def body(admin: Admin) -> int:
+        topics = await admin.describe_topics(args.names or None, include_internal=True)
+        ends = await admin.list_offsets({tp: -1 for t in topics
+                                         for tp in _partitions(t.name, t.partitions)})
+        starts = await admin.list_offsets({tp: -2 for tp in ends})
+        if args.json:
+            emit_json([{"name": t.name, "internal": t.internal, "partitions": [
+                {"partition": tp.partition, "start_offset": starts[tp], "end_offset": ends[tp]}
+                for tp in _partitions(t.name, t.partitions)]} for t in topics])
+        else:
+            table("partitions", ["topic", "partition", "start offset", "end offset"],
+                  [(tp.topic, tp.partition, starts[tp], ends[tp])
+                   for t in topics for tp in _partitions(t.name, t.partitions)])
+        return 0
+
+    return run_with_admin(args, body)
+
+
+def _partitions(topic: str, count: int) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for p in range(count)]

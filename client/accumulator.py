@@ -1,0 +1,212 @@
+"""The producer's record accumulator: batches per partition and when each may be sent.
+
+Pure bookkeeping — no asyncio, no I/O, no clock: every rule that depends on time takes
+``now`` (seconds, any monotonic origin) as an argument, so the linger, size, retry and
+sticky-partitioner rules are tested without a broker. Each record carries an opaque
+``handle`` (the producer's future) that the accumulator keeps in order and never reads.
+
+Rules:
+
+* records of a partition fill its last batch until ``max_batch_bytes``; a full batch is
+  closed and the next record opens a new one;
+* unkeyed records stick to one partition per batch (Kafka's sticky partitioner): closing
+  that batch moves them to the next partition, round robin;
+* a partition's head batch may go when it is closed, another batch waits behind it, the
+  producer flushes or closes, or it has lingered ``linger`` seconds; a batch put back
+  after a retriable error waits until its ``retry_at``;
+* one round takes at most ``limit`` bytes (the broker's frame size), at least one batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.batches import BatchRecord
+
+__all__ = ["RECORD_OVERHEAD", "Accumulator", "Batch", "record_size"]
+
+H = TypeVar("H")
+
+RECORD_OVERHEAD = 24
+"""Bytes a record costs in a batch besides key, value and headers (a generous estimate)."""
+
+
+def record_size(key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]]) -> int:
+    """The bytes ``max_batch_bytes`` and ``max_buffer_bytes`` count for one record."""
+    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    return size + sum(len(h) + (len(v) if v else 0) + 4 for h, v in headers)
+
+
+@dataclass(slots=True, eq=False)
+class Batch(Generic[H]):
+    """Records of one partition sent (and retried) together, in order."""
+
+    tp: TopicPartition
+    created: float
+    records: list[BatchRecord] = field(default_factory=list)
+    handles: list[H] = field(default_factory=list)
+    size: int = 0
+    closed: bool = False
+    attempts: int = 0
+    deadline: float = 0.0  # set at the first send: retries stop here
+    retry_at: float = 0.0
+    last_error: BaseException | None = None
+    done: bool = False
+    settled: object | None = None  # the sender's "this batch is done" signal, for flush
+
+
+class Accumulator(Generic[H]):
+    def __init__(self, *, max_batch_bytes: int, max_buffer_bytes: int, linger: float) -> None:
+        self.max_batch_bytes = max_batch_bytes
+        self.max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
+        self.linger = linger
+        self.partition_counts: dict[str, int] = {}   # known topics (the producer's metadata)
+        self._queues: dict[TopicPartition, deque[Batch[H]]] = {}
+        self._sticky: dict[str, int] = {}
+        self._round_robin: dict[str, int] = {}
+        self.buffered = 0
+
+    # --- adding records ----------------------------------------------------------------
+
+    @property
+    def full(self) -> bool:
+        """``max_buffer_bytes`` are queued: senders wait for space."""
+        return self.buffered >= self.max_buffer_bytes
+
+    def sticky_partition(self, topic: str, count: int) -> int:
+        """The partition unkeyed records of ``topic`` go to now."""
+        p = self._sticky.get(topic)
+        if p is None or p >= count:
+            p = self._advance_sticky(topic, count)
+        return p
+
+    def append(self, tp: TopicPartition, record: BatchRecord, size: int, handle: H, *,
+               sticky: bool, now: float) -> tuple[TopicPartition, bool]:
+        """Queue one record; returns the partition it went to (a sticky record may move
+        on) and whether the sender should look again (a batch was opened or closed)."""
+        changed = False
+        batch = self._open_batch(tp, size, now)
+        if batch is None and sticky:
+            # The sticky partition's batch is full: close it and stick to the next one
+            # (Kafka's sticky partitioner does the same instead of starting a new batch).
+            self._close(self._queues[tp][-1])
+            tp = TopicPartition(tp.topic, self.sticky_partition(
+                tp.topic, self.partition_counts.get(tp.topic, 1)))
+            changed = True
+            batch = self._open_batch(tp, size, now)
+        if batch is None:
+            queue = self._queues[tp]
+            if queue and not queue[-1].closed:
+                self._close(queue[-1])
+            batch = Batch(tp=tp, created=now)
+            queue.append(batch)
+            changed = True
+        elif not batch.records:
+            changed = True  # a batch just opened
+        batch.records.append(record)
+        batch.handles.append(handle)
+        batch.size += size
+        self.buffered += size
+        if batch.size >= self.max_batch_bytes:
+            self._close(batch)
+            changed = True
+        return tp, changed
+
+    def _open_batch(self, tp: TopicPartition, size: int, now: float) -> Batch[H] | None:
+        """The partition's open batch if ``size`` more bytes fit (an empty queue: a new
+        batch, None when the last batch is closed or full)."""
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        if not queue:
+            batch: Batch[H] = Batch(tp=tp, created=now)
+            queue.append(batch)
+            return batch
+        batch = queue[-1]
+        if batch.closed or (batch.records and batch.size + size > self.max_batch_bytes):
+            return None
+        return batch
+
+    def _close(self, batch: Batch[H]) -> None:
+        """No more records go into ``batch``; unkeyed records move to the next partition."""
+        batch.closed = True
+        if self._sticky.get(batch.tp.topic) == batch.tp.partition:
+            self._advance_sticky(batch.tp.topic, self.partition_counts.get(batch.tp.topic, 1))
+
+    def _advance_sticky(self, topic: str, count: int) -> int:
+        p = (self._round_robin.get(topic, -1) + 1) % count
+        self._round_robin[topic] = p
+        self._sticky[topic] = p
+        return p
+
+    # --- draining ------------------------------------------------------------------------
+
+    def ready(self, now: float, *, limit: int, flushing: bool = False,
+              ) -> tuple[list[Batch[H]], float | None]:
+        """The head batch of every partition that may go now (at most ``limit`` bytes,
+        at least one batch), and when the next may go (None: nothing is waiting)."""
+        ready: list[Batch[H]] = []
+        total = 0
+        next_at: float | None = None
+        for queue in self._queues.values():
+            if not queue:
+                continue
+            batch = queue[0]
+            if batch.retry_at > now:
+                at = batch.retry_at
+            elif batch.closed or len(queue) > 1 or flushing:
+                at = now
+            else:
+                at = batch.created + self.linger
+            if at > now:
+                next_at = at if next_at is None else min(next_at, at)
+                continue
+            if ready and total + batch.size > limit:
+                next_at = now
+                break
+            ready.append(batch)
+            total += batch.size
+        return ready, next_at
+
+    def take(self, batches: list[Batch[H]], now: float, timeout: float) -> None:
+        """``batches`` (from :meth:`ready`) leave their queues for one send; a first send
+        starts each batch's ``timeout`` for retries."""
+        for batch in batches:
+            self._queues[batch.tp].popleft()
+            if not batch.closed:
+                self._close(batch)
+            if batch.attempts == 0:
+                batch.deadline = now + timeout
+            batch.attempts += 1
+
+    def retry(self, batch: Batch[H], error: BaseException, retry_at: float) -> None:
+        """Put ``batch`` back at the head of its partition's queue, to go at ``retry_at``
+        (ahead of later batches, so a partition's records keep their order)."""
+        batch.last_error = error
+        batch.retry_at = retry_at
+        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+
+    def complete(self, batch: Batch[H]) -> bool:
+        """Mark ``batch`` done and free its bytes; False if it already was."""
+        if batch.done:
+            return False
+        batch.done = True
+        self.buffered -= batch.size
+        return True
+
+    def queued(self) -> Iterator[Batch[H]]:
+        """Every batch still in a queue, oldest first per partition."""
+        for queue in self._queues.values():
+            yield from queue
+
+    def pop_all(self) -> list[Batch[H]]:
+        """Empty every queue (the producer is closing); returns what was queued."""
+        out = [b for q in self._queues.values() for b in q]
+        for queue in self._queues.values():
+            queue.clear()
+        return out

@@ -1,0 +1,45 @@
+"""Values the command line checks before it talks to a broker: each refusal is one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from groupwire.cli.arguments import parse_address
+from groupwire.cli.chaos.command import options_from
+from groupwire.cli.errors import CliError
+from groupwire.cli.main import build_parser
+
+
+@pytest.mark.parametrize(("text", "address"), [
+    ("127.0.0.1:9092", ("127.0.0.1", 9092)),
+    ("broker.local:1", ("broker.local", 1)),
+    ("[::1]:9092", ("::1", 9092)),
+])
+def test_one_address_is_host_and_port(text: str, address: tuple[str, int]) -> None:
+    assert parse_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["nowhere", "h:", ":9092", "h:0", "h:65536", "h:x",
+                                  "a:1,b:2"])
+def test_anything_else_names_the_flag(text: str) -> None:
+    with pytest.raises(CliError, match=r"^--bootstrap: expected HOST:PORT, got "):
+        parse_address(text)
+
+
+def test_chaos_refuses_flags_that_cannot_work_together() -> None:
+    parser = build_parser()
+    with pytest.raises(CliError, match="--rebalance-report: needs --report"):
+        options_from(parser.parse_args(["chaos", "--rebalance-report"]))
+    with pytest.raises(CliError, match="--broker-faults: only with the run's own broker"):
+        options_from(parser.parse_args(["chaos", "--bootstrap", "h:1", "--broker-faults", "1"]))
+    opts = options_from(parser.parse_args(["chaos", "--seed", "7", "--consumers", "2"]))
+    assert (opts.seed, opts.consumers, opts.faults) == (7, 2, 20)
+
+
+def test_every_subcommand_is_registered() -> None:
+    parser = build_parser()
+    for argv in (["broker"], ["demo"], ["topics", "list"], ["groups", "lag", "g"],
+                 ["produce", "--topic", "t"], ["consume", "--topic", "t"], ["chaos"],
+                 ["report", "--out", "o"], ["health"]):
+        args = parser.parse_args(argv)
+        assert args.command == argv[0] and callable(args.func), argv

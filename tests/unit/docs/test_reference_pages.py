@@ -1,0 +1,74 @@
+"""The reference pages say what the code does: CLI help, broker settings, metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from groupwire.broker import config
+from groupwire.broker.metrics import BrokerMetrics, StateViews
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def _hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hook", DOCS / "hooks" / "generated.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOK = _hook()
+
+
+def _help(*command: str) -> str:
+    env = {**os.environ, "COLUMNS": HOOK.HELP_COLUMNS}
+    done = subprocess.run([sys.executable, "-m", "groupwire", *command, "--help"],
+                          capture_output=True, text=True, env=env, check=True)
+    return done.stdout
+
+
+def test_cli_page_covers_every_command_and_action() -> None:
+    commands = [name for name, _ in HOOK.command_helps()]
+    assert {"groupwire", "groupwire broker", "groupwire topics create",
+            "groupwire groups reset-offsets", "groupwire chaos"} <= set(commands)
+    assert (DOCS / "reference" / "cli.md").read_text().count(HOOK.CLI_MARKER) == 1
+
+
+@pytest.mark.parametrize("command", ["", "broker", "groups reset-offsets", "chaos"])
+def test_cli_page_is_what_help_prints(command: str) -> None:
+    pages = dict(HOOK.command_helps())
+    words = command.split()
+    assert pages[" ".join(["groupwire", *words])] == _help(*words)
+
+
+def test_configuration_page_has_every_setting_with_its_env_var() -> None:
+    page = HOOK.config_markdown()
+    assert (DOCS / "reference" / "configuration.md").read_text().count(HOOK.CONFIG_MARKER) == 1
+    for opt in config.OPTIONS:
+        assert f"`{config.env_of(opt.name)}`" in page
+        assert (opt.negative_flag or config.flag_of(opt.name)) in page
+
+
+def _exposed_names() -> set[str]:
+    metrics = BrokerMetrics()
+    metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0,
+                             log_end_offsets=list, committed_offsets=list))
+    names = set()
+    for family in metrics.registry.collect():
+        names.add(family.name + "_total" if family.type == "counter" else family.name)
+    return names
+
+
+def test_metrics_page_lists_exactly_the_exposed_metrics() -> None:
+    page = (DOCS / "reference" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(groupwire_[a-z_]+)`", page, flags=re.MULTILINE))
+    assert documented == _exposed_names()
