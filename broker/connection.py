@@ -43,6 +43,9 @@ _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
 _HEARTBEAT_NONE: Final = pack_body(HeartbeatResponse())
 _HEARTBEAT: Final = ApiKey.HEARTBEAT
 _NONE: Final = int(ErrorCode.NONE)
+_HEARTBEAT_TAKEN: Final = (_HEARTBEAT, 0.0)
+"""A fast-path heartbeat's in-flight entry while it is handled (no allocation per request);
+its start time is the loop's own ``started``, written in if the handling fails."""
 
 
 class ClientConnection(asyncio.Protocol):
@@ -113,38 +116,50 @@ class ClientConnection(asyncio.Protocol):
         renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.clock()
         backlog, in_flight, out = self._backlog, self._in_flight, self._out
         clock = time.perf_counter
-        latencies: list[float] = []
+        # Heartbeats the fast path answers back to back form a run; each one's latency is
+        # the time since the previous one's answer, and the clock is read only at the
+        # run's ends (RequestStats.answered_run: exact while the run fits the first
+        # latency bucket, as runs of heartbeats do).
+        run, run_started = 0, clock()
         try:
-            while backlog and len(in_flight) < limit and not self._closed:
+            while backlog and len(in_flight) < limit:
                 payload = backlog.popleft()
                 heartbeat = decode_heartbeat(payload)
-                if heartbeat is not None:
-                    cid = heartbeat[0]
-                    if cid not in in_flight:  # a duplicate id: the full path closes
-                        t0 = clock()
-                        in_flight[cid] = (_HEARTBEAT, t0)
-                        try:
-                            renewal = renew(conn_id, heartbeat, now_ms)
-                        except Exception as exc:
-                            self._renew_failed(cid, exc)
-                            continue
-                        del in_flight[cid]  # answered now, or counted afresh below
+                full_path = True
+                if heartbeat is not None and heartbeat[0] not in in_flight:
+                    cid = heartbeat[0]  # (a duplicate id goes to the full path, which closes)
+                    in_flight[cid] = _HEARTBEAT_TAKEN
+                    try:
+                        renewal = renew(conn_id, heartbeat, now_ms)
+                    except Exception as exc:
+                        in_flight[cid] = (_HEARTBEAT, run_started)
+                        self._renew_failed(cid, exc)  # answered, as dispatch would
+                        full_path = False
+                    else:
+                        del in_flight[cid]  # answered now, or taken afresh by the full path
                         if renewal is not None:
                             out.append(frame_response_packed(cid, _HEARTBEAT_NONE))
-                            latencies.append(clock() - t0)
+                            run += 1
                             continue
-                self._handle_frame(payload)  # anything else, duplicate ids included
+                if run:
+                    broker.metrics.answered_run(_HEARTBEAT, _NONE, run, clock() - run_started)
+                    run = 0
+                if full_path:
+                    self._handle_frame(payload)
+                if self._closed:
+                    break
+                run_started = clock()
         finally:
             self._draining = False
+            if run:
+                self._last_active = time.monotonic()
+                broker.metrics.answered_run(_HEARTBEAT, _NONE, run, clock() - run_started)
             if out:  # answers given while draining leave in one write
                 self._out = []
                 if not self._closed and self._transport is not None:
                     data = b"".join(out)
                     self._transport.write(data)
                     broker.metrics.bytes_out += len(data)
-            if latencies:
-                self._last_active = time.monotonic()
-                broker.metrics.answered_each(_HEARTBEAT, _NONE, latencies)
         should_pause = bool(self._backlog)
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause

@@ -6,6 +6,7 @@ Familiar to aiokafka users; better at rebalances (see DESIGN.md "Client SDK").
 from groupwire.client.admin import Admin
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import (
+    BackgroundTaskError,
     BrokerResponseError,
     ClientClosedError,
     CommitFailedError,
@@ -23,6 +24,7 @@ from groupwire.client.types import OffsetAndMetadata, Record, RecordMetadata, To
 
 __all__ = [
     "Admin",
+    "BackgroundTaskError",
     "BrokerResponseError",
     "ClientClosedError",
     "CommitFailedError",

@@ -6,7 +6,8 @@ from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.events import DELETE_GROUPS
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.outputs import RequestContext
-from groupwire.broker.coordinator.state import BY_NAME_LOWER, DEAD, EMPTY, STABLE
+from groupwire.broker.coordinator.state import BY_NAME_LOWER, DEAD
+from groupwire.broker.coordinator.transitions import Refuse
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     DeletableGroupResult,
@@ -30,7 +31,7 @@ def handle_describe(engine: Engine, ctx: RequestContext, req: DescribeGroupsRequ
 def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
     if group is None:
         return DescribedGroup(group_id=group_id, group_state=DEAD.value)
-    stable = group.state is STABLE
+    stable = group.row.describe_groups.shows_protocol
     members = [
         DescribedGroupMember(
             member_id=m.member_id, group_instance_id=m.group_instance_id,
@@ -65,10 +66,11 @@ def handle_delete(engine: Engine, ctx: RequestContext, req: DeleteGroupsRequest,
     results: list[DeletableGroupResult] = []
     for group_id in req.groups_names:
         group = engine.groups.get(group_id)
-        if group is None or group.state is DEAD:
+        cell = group.row.delete_groups if group is not None else None
+        if group is None:
             code = ErrorCode.GROUP_ID_NOT_FOUND
-        elif group.state is not EMPTY:
-            code = ErrorCode.NON_EMPTY_GROUP
+        elif isinstance(cell, Refuse):
+            code = cell.code
         else:
             engine.delete_group(group, now_ms, DELETE_GROUPS)
             code = ErrorCode.NONE

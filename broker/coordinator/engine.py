@@ -8,7 +8,8 @@ is always an argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 from groupwire.broker.coordinator.config import CoordinatorConfig
@@ -26,6 +27,7 @@ from groupwire.broker.coordinator.records import (
     MemberRecord,
     OffsetDeleteRecord,
 )
+from groupwire.broker.coordinator.sharing import Sharing
 from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -35,14 +37,15 @@ from groupwire.broker.coordinator.state import (
     GroupState,
 )
 from groupwire.broker.coordinator.timers import session_key, sync_key
+from groupwire.broker.coordinator.transitions import INITIAL_DELAY_FROM
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import HeartbeatResponse, JoinGroupResponse, SyncGroupResponse
 
 MAX_REASON_CHARS: Final = 255
 
-_HEARTBEAT_RESPONSES: Final[dict[ErrorCode, HeartbeatResponse]] = {
+_HEARTBEAT_RESPONSES: Final[Mapping[ErrorCode, HeartbeatResponse]] = MappingProxyType({
     code: HeartbeatResponse(error_code=code) for code in ErrorCode
-}
+})
 
 
 def cut_reason(reason: str | None) -> str | None:
@@ -69,8 +72,11 @@ class Engine:
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore()
         self.parking = Parking()
+        self.parked_heartbeats = self.parking.table(HEARTBEAT)
+        """Group id -> members with a long-poll heartbeat parked (the fast path's view)."""
         self.conn_members: dict[int, set[tuple[str, str]]] = {}
         self.out = Outputs()
+        self.shared = Sharing()
 
     # --- events and records ---------------------------------------------------------
 
@@ -260,7 +266,7 @@ class Engine:
             self.reset_and_propagate_error(group, ErrorCode.REBALANCE_IN_PROGRESS, now_ms)
         group.pending_sync.clear()
         self.cancel_sync_timer(group)
-        initial = group.state is EMPTY
+        initial = group.state in INITIAL_DELAY_FROM
         if initial:
             delay = self.config.initial_rebalance_delay_ms
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
@@ -281,13 +287,13 @@ class Engine:
 
     def maybe_complete_join_phase(self, group: Group, now_ms: int) -> None:
         """After a join or leave: never during the initial delay (reference §4.9)."""
-        if (group.state is PREPARING_REBALANCE and group.previous_state is not EMPTY
+        if (group.row.in_join_phase and not group.initial_rebalance
                 and self.all_joined(group)):
             self.complete_join(group, now_ms)
 
     def complete_join_if_all_joined(self, group: Group, now_ms: int) -> None:
         """After an expiry: Kafka checks only that everyone joined (reference §8)."""
-        if group.state is PREPARING_REBALANCE and self.all_joined(group):
+        if group.row.in_join_phase and self.all_joined(group):
             self.complete_join(group, now_ms)
 
     def complete_join(self, group: Group, now_ms: int) -> None:
@@ -373,9 +379,10 @@ class Engine:
 
     def remove_and_update(self, group: Group, member: Member, now_ms: int,
                           cause: Cause) -> None:
-        """Kafka's ``removeMemberAndUpdateClassicGroup`` (session or poll expiry)."""
+        """Kafka's ``removeMemberAndUpdateClassicGroup`` (session or poll expiry): what
+        follows is what the state's session-expiry cell says."""
         self.remove_member(group, member)
-        if group.state is STABLE or group.state is COMPLETING_REBALANCE:
+        if PREPARING_REBALANCE in group.row.session_expiry.moves_to:
             self.prepare_rebalance(group, now_ms, cause)
         else:
             self.complete_join_if_all_joined(group, now_ms)

@@ -15,13 +15,7 @@ from groupwire.broker.coordinator.member import Member
 from groupwire.broker.coordinator.offsets import expired_offsets
 from groupwire.broker.coordinator.parking import HEARTBEAT
 from groupwire.broker.coordinator.records import OffsetDeleteRecord
-from groupwire.broker.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-)
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, DEAD
 from groupwire.broker.coordinator.timers import (
     HBWAIT,
     JOIN,
@@ -33,6 +27,7 @@ from groupwire.broker.coordinator.timers import (
     session_key,
     sync_key,
 )
+from groupwire.broker.coordinator.transitions import Ignore
 from groupwire.protocol.errors import ErrorCode
 
 
@@ -58,15 +53,20 @@ def expire(engine: Engine, key: TimerKey, now_ms: int) -> None:
 
 def expire_session(engine: Engine, group_id: str, member_id: str, now_ms: int) -> None:
     group = engine.groups.get(group_id)
-    if group is None or group.state is DEAD:
+    if group is None:
+        return
+    cell = group.row.session_expiry
+    if isinstance(cell, Ignore):
         return
     pending_deadline = group.pending_join.get(member_id)
     if pending_deadline is not None:
         if now_ms < pending_deadline:
             engine.out.set_timer(session_key(group_id, member_id), pending_deadline)
             return
+        # a pending id is no member: it never starts a rebalance, it may end a join phase
         group.remove(member_id)
-        engine.complete_join_if_all_joined(group, now_ms)
+        if COMPLETING_REBALANCE in cell.moves_to:
+            engine.complete_join_if_all_joined(group, now_ms)
         return
     member = group.members.get(member_id)
     if member is None or member.session_deadline is None:
@@ -95,7 +95,7 @@ def expire_join(engine: Engine, group_id: str, now_ms: int) -> None:
         engine.out.set_timer(group.join_key, group.join_deadline)
         return
     group.join_deadline = None
-    if group.state is not PREPARING_REBALANCE:
+    if isinstance(group.row.join_timer, Ignore):
         group.initial_delay = None
         return
     if group.initial_delay is not None:
@@ -122,7 +122,7 @@ def expire_pending_sync(engine: Engine, group_id: str, generation: str, now_ms: 
         engine.out.set_timer(sync_key(group_id, group.generation_id), group.sync_deadline)
         return
     group.sync_deadline = None
-    if group.state is not COMPLETING_REBALANCE and group.state is not STABLE:
+    if isinstance(group.row.sync_timer, Ignore):
         return
     late = [m for m in group.members.values() if m.member_id in group.pending_sync]
     if not late:
@@ -201,7 +201,8 @@ def sweep_offsets(engine: Engine, now_ms: int) -> None:
             for tp in expired_offsets(group, offsets, now_ms, retention):
                 engine.offsets.delete(group.group_id, tp)
                 engine.out.records.append(OffsetDeleteRecord(group.group_id, tp[0], tp[1]))
-        if (group.state is EMPTY and not engine.offsets.has_offsets(group.group_id)
+        if (DEAD in group.row.retention.moves_to
+                and not engine.offsets.has_offsets(group.group_id)
                 and not group.pending_join):
             engine.delete_group(group, now_ms, OFFSETS_EXPIRED)
 

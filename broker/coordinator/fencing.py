@@ -14,41 +14,10 @@ from typing import Final
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import Owners
 from groupwire.broker.coordinator.member import NO_PARTITIONS, TP, Member
-from groupwire.protocol.consumer import ConsumerProtocolError, decode_assignment
-
-# Many groups consuming one topic hand their members the same assignments: the bytes and
-# the decoded set are kept once and shared. Bounded, forgotten wholesale when full (that
-# only costs sharing).
-_SHARED: dict[bytes, tuple[bytes, frozenset[TP] | None]] = {}
-_SHARED_MAX: Final = 8192
+from groupwire.broker.coordinator.sharing import Sharing
 
 
-def shared_assignment(assignment: bytes) -> tuple[bytes, frozenset[TP] | None]:
-    """The canonical copy of ``assignment`` and what it owns (see :func:`decode_owned`)."""
-    if not assignment:
-        return b"", NO_PARTITIONS
-    hit = _SHARED.get(assignment)
-    if hit is not None:
-        return hit
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
-    try:
-        decoded = decode_assignment(assignment)
-    except ConsumerProtocolError:
-        entry: tuple[bytes, frozenset[TP] | None] = (assignment, None)
-    else:
-        entry = (assignment, frozenset(
-            (topic, p) for topic, parts in decoded.assigned_partitions for p in parts))
-    _SHARED[assignment] = entry
-    return entry
-
-
-def decode_owned(assignment: bytes) -> frozenset[TP] | None:
-    """An empty bin owns nothing; a bin that is not a valid assignment is opaque."""
-    return shared_assignment(assignment)[1]
-
-
-def install_ownership(group: Group) -> None:
+def install_ownership(group: Group, shared: Sharing) -> None:
     """Called when a leader's assignments are applied: every member's ``owned`` becomes its
     decoded assignment, ``releasing`` what it owned before and nobody owns now."""
     if not group.is_consumer:
@@ -57,18 +26,18 @@ def install_ownership(group: Group) -> None:
     owned_after: set[TP] = set()
     for member in group.members.values():
         before.append((member, member.owned))
-        member.owned = decode_owned(member.assignment)
+        member.owned = shared.assignment(member.assignment)[1]
         if member.owned:
             owned_after.update(member.owned)
     for member, previous in before:
         member.releasing = (previous - owned_after) if previous else NO_PARTITIONS
 
 
-def restore_ownership(group: Group) -> None:
+def restore_ownership(group: Group, shared: Sharing) -> None:
     """After a restart only the persisted assignment bytes are known: ``owned`` is them."""
     consumer = group.is_consumer
     for member in group.members.values():
-        member.owned = decode_owned(member.assignment) if consumer else NO_PARTITIONS
+        member.owned = shared.assignment(member.assignment)[1] if consumer else NO_PARTITIONS
         member.releasing = NO_PARTITIONS
 
 

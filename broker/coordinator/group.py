@@ -8,9 +8,15 @@ from typing import Final
 
 from groupwire.broker.coordinator.history import Owners, RebalanceHistory
 from groupwire.broker.coordinator.member import Member, Protocols
-from groupwire.broker.coordinator.state import EMPTY, GroupState
+from groupwire.broker.coordinator.state import EMPTY, PREPARING_REBALANCE, GroupState
 from groupwire.broker.coordinator.timers import TimerKey, join_key
-from groupwire.broker.coordinator.transitions import CAN_REBALANCE, ROWS, check_transition
+from groupwire.broker.coordinator.transitions import (
+    CAN_REBALANCE,
+    INITIAL_DELAY_FROM,
+    ROWS,
+    Join,
+    check_transition,
+)
 from groupwire.protocol.consumer import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
@@ -31,7 +37,7 @@ class Group:
         "group_id",
         "state",
         "row",
-        "previous_state",
+        "initial_rebalance",
         "state_ms",
         "generation_id",
         "protocol_type",
@@ -56,7 +62,8 @@ class Group:
         self.group_id = group_id
         self.state = EMPTY
         self.row = ROWS[EMPTY]
-        self.previous_state = EMPTY
+        # the join phase of a rebalance started from an INITIAL_DELAY_FROM state
+        self.initial_rebalance = False
         self.state_ms = now_ms
         self.generation_id = 0
         self.protocol_type: str | None = None
@@ -85,14 +92,16 @@ class Group:
 
     def transition_to(self, target: GroupState, now_ms: int) -> None:
         check_transition(self.state, target)
-        self.previous_state = self.state
+        self.initial_rebalance = (target is PREPARING_REBALANCE
+                                  and self.state in INITIAL_DELAY_FROM)
         self.state = target
         self.row = ROWS[target]
         self.state_ms = now_ms
 
     def restore(self, state: GroupState, state_ms: int) -> None:
         """Loading from records: the state the log says, not a transition."""
-        self.state = self.previous_state = state
+        self.state = state
+        self.initial_rebalance = False
         self.row = ROWS[state]
         self.state_ms = state_ms
 
@@ -180,9 +189,11 @@ class Group:
     # --- protocols --------------------------------------------------------------------
 
     def supports_protocols(self, protocol_type: str, names: list[str]) -> bool:
-        """Reference §4.11: an Empty group takes any non-empty type and list; otherwise
-        the type must match and one name must be listed by every current member."""
-        if self.state is EMPTY:
+        """Reference §4.11: where the state's JoinGroup cell says ``any_protocol`` (Empty),
+        any non-empty type and list; otherwise the type must match and one name must be
+        listed by every current member."""
+        join = self.row.join_group
+        if isinstance(join, Join) and join.any_protocol:
             return bool(protocol_type) and bool(names)
         if self.protocol_type != protocol_type:
             return False

@@ -17,6 +17,7 @@ from typing import Final
 from groupwire.broker.coordinator.engine import Engine, heartbeat_response
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
+from groupwire.broker.coordinator.member import Member
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.parking import HEARTBEAT, Address
 from groupwire.broker.coordinator.timers import hbwait_key
@@ -26,6 +27,7 @@ from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 NONE: Final = ErrorCode.NONE
+_NO_WAITERS: Final[frozenset[str]] = frozenset()
 POLL_EXPIRED_RESPONSE: Final = HeartbeatResponse(
     error_code=ErrorCode.UNKNOWN_MEMBER_ID, error_message="poll interval expired")
 
@@ -57,23 +59,29 @@ _RENEWED_WITH: Final[Mapping[ErrorCode, Verdict]] = MappingProxyType({
     if code is not NONE})
 
 
-def classify(group: Group | None, group_id: str, generation_id: int, member_id: str,
-             instance_id: str | None, poll_age_ms: int, wait_ms: int) -> Verdict:
+_UNKNOWN_MEMBER: Final = _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID]
+
+
+def classify(group: Group | None, member: Member | None, group_id: str, generation_id: int,
+             member_id: str, instance_id: str | None, poll_age_ms: int,
+             wait_ms: int) -> Verdict:
     """The one decision, in Kafka's order: group, its state's cell in the transition
-    table, member, poll interval, generation, then what the state answers a member."""
+    table, member, poll interval, generation, then what the state answers a member.
+
+    ``member`` is the one ``member_id`` names in ``group`` (None: none), looked up by the
+    caller, which needs it too: this runs once per heartbeat."""
     if group is None:
         return NO_GROUP if group_id else INVALID_GROUP
     cell = group.row.heartbeat
-    if isinstance(cell, Refuse):
+    if type(cell) is Refuse:  # not isinstance: this runs once per heartbeat
         return _REFUSED[cell.code]
     if instance_id is not None:
         mapped = group.static_members.get(instance_id)
         if mapped != member_id:
             return _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID if mapped is None
                             else ErrorCode.FENCED_INSTANCE_ID]
-    member = group.members.get(member_id)
     if member is None:
-        return _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID]
+        return _UNKNOWN_MEMBER
     if poll_age_ms >= 0 and poll_age_ms > member.rebalance_timeout_ms:
         return POLL_EXPIRED
     if generation_id != group.generation_id:
@@ -88,13 +96,13 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
                      now_ms: int) -> None:
     out = engine.out
     group = engine.groups.get(req.group_id) if req.group_id else None
-    verdict = classify(group, req.group_id, req.generation_id, req.member_id,
+    member = group.members.get(req.member_id) if group is not None else None
+    verdict = classify(group, member, req.group_id, req.generation_id, req.member_id,
                        req.group_instance_id, req.poll_age_ms, req.wait_ms)
     if not verdict.member:
         out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(verdict.code))
         return
-    assert group is not None
-    member = group.members[req.member_id]
+    assert group is not None and member is not None
     if not member.has_conn(ctx.conn_id):
         engine.attach(ctx.conn_id, group.group_id, member)
     # the member's previous long poll ends now
@@ -122,28 +130,14 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
     out.set_timer(key, now_ms + min(req.wait_ms, member.session_timeout_ms // 2))
 
 
-class Renewal:
-    """A heartbeat :func:`renew` settled, answered NONE, and every change it made: the
-    member's session now ends at ``session_deadline_ms`` (its armed timer fires no later
-    and re-arms itself, so no timer operation), its last heartbeat is the ``now_ms`` given,
-    its poll age is ``poll_age_ms``, and it was attached to ``attached_conn`` (-1: it
-    already was)."""
-
-    __slots__ = ("group_id", "member_id", "session_deadline_ms", "poll_age_ms",
-                 "attached_conn")
-
-    def __init__(self, group_id: str, member_id: str, session_deadline_ms: int,
-                 poll_age_ms: int | None, attached_conn: int) -> None:
-        self.group_id = group_id
-        self.member_id = member_id
-        self.session_deadline_ms = session_deadline_ms
-        self.poll_age_ms = poll_age_ms
-        self.attached_conn = attached_conn
-
-    def __repr__(self) -> str:
-        return (f"Renewal({self.group_id!r}, {self.member_id!r}, "
-                f"deadline={self.session_deadline_ms}, poll_age={self.poll_age_ms}, "
-                f"attached={self.attached_conn})")
+Renewal = tuple[str, str, int, int | None, int]
+"""What :func:`renew` did to the member it renewed, answered NONE:
+``(group_id, member_id, session_deadline_ms, poll_age_ms, attached_conn)``. The session
+now ends at ``session_deadline_ms`` (the armed timer fires no later and re-arms itself, so
+no timer operation), the last heartbeat is the ``now_ms`` given, the poll age is
+``poll_age_ms``, and the member was attached to ``attached_conn`` (-1: it already was).
+A plain tuple: the fast path makes one per heartbeat, and a named tuple's constructor
+cost as much as the rest of the renewal."""
 
 
 def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Renewal | None:
@@ -153,16 +147,18 @@ def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Ren
     nothing changed (the caller runs the full path)."""
     _, group_id, generation_id, member_id, instance_id, poll_age, wait_ms = hb
     group = engine.groups.get(group_id)
-    if classify(group, group_id, generation_id, member_id, instance_id, poll_age,
+    if group is None:
+        return None  # the full path answers it
+    member = group.members.get(member_id)
+    if classify(group, member, group_id, generation_id, member_id, instance_id, poll_age,
                 wait_ms) is not RENEWED:
         return None
-    assert group is not None
-    member = group.members[member_id]
+    assert member is not None
     armed = member.session_deadline
     deadline = now_ms + member.session_timeout_ms
     if armed is None or deadline < armed:
         return None  # needs a timer operation
-    if engine.parking.is_parked(HEARTBEAT, group_id, member_id):
+    if member_id in engine.parked_heartbeats.get(group_id, _NO_WAITERS):
         return None  # its previous long poll must be answered
     attached = -1
     if conn_id != member.last_conn and not member.has_conn(conn_id):
@@ -171,4 +167,4 @@ def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Ren
     age = member.poll_age_ms = poll_age if poll_age >= 0 else None
     member.session_deadline = deadline
     member.last_heartbeat_ms = now_ms
-    return Renewal(group_id, member_id, deadline, age, attached)
+    return group_id, member_id, deadline, age, attached

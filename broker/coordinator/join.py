@@ -17,14 +17,8 @@ from groupwire.broker.coordinator.history import (
 from groupwire.broker.coordinator.member import Member, Protocols
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.parking import JOIN
-from groupwire.broker.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-)
 from groupwire.broker.coordinator.timers import session_key
+from groupwire.broker.coordinator.transitions import Admit, Join, Refuse, Rejoin, Replace
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
@@ -48,13 +42,17 @@ def handle_join(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, now_
             return
         group = engine.create_group(req.group_id, now_ms)
         created_at = len(engine.out.records)
-    if not _accept_joining_member(engine, group, req.member_id):
+    cell = group.row.join_group
+    if isinstance(cell, Refuse):
+        # (group.max.size admits anyone here: the refusal is the answer)
+        _fail(engine, ctx, cell.code, "" if is_new_member else req.member_id)
+    elif not _accept_joining_member(engine, cell, group, req.member_id):
         _remove_rejected(engine, group, req.member_id)
         _fail(engine, ctx, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
     elif is_new_member:
-        _join_new_member(engine, ctx, req, group, now_ms)
+        _join_new_member(engine, ctx, req, group, cell, now_ms)
     else:
-        _join_existing_member(engine, ctx, req, group, now_ms)
+        _join_existing_member(engine, ctx, req, group, cell, now_ms)
     if created_at is not None:
         # Kafka writes the new (empty, generation 0) group before anything else
         engine.out.records.insert(created_at, new_group_record(group))
@@ -65,35 +63,19 @@ def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str) 
                      JoinGroupResponse(error_code=code, member_id=member_id))
 
 
-# Members of one group usually send identical protocol lists (same assignors, same
-# subscription): one shared tuple instead of a copy per member is most of a member's
-# memory in a large group. Bounded: forgotten wholesale when full, which only costs
-# sharing, never correctness.
-_SHARED_PROTOCOLS: dict[Protocols, Protocols] = {}
-_SHARED_PROTOCOLS_MAX: Final = 4096
-
-
-def _protocols(req: JoinGroupRequest) -> Protocols:
-    protocols = tuple((p.name, p.metadata) for p in req.protocols)
-    shared = _SHARED_PROTOCOLS.get(protocols)
-    if shared is not None:
-        return shared
-    if len(_SHARED_PROTOCOLS) >= _SHARED_PROTOCOLS_MAX:
-        _SHARED_PROTOCOLS.clear()
-    protocols = tuple((sys.intern(name), metadata) for name, metadata in protocols)
-    _SHARED_PROTOCOLS[protocols] = protocols
-    return protocols
+def _protocols(engine: Engine, req: JoinGroupRequest) -> Protocols:
+    return engine.shared.protocols(tuple((p.name, p.metadata) for p in req.protocols))
 
 
 # --- group.max.size (reference §4.2) ----------------------------------------------------
 
 
-def _accept_joining_member(engine: Engine, group: Group, member_id: str) -> bool:
+def _accept_joining_member(engine: Engine, cell: Join, group: Group, member_id: str) -> bool:
     max_size = engine.config.group_max_size
-    state = group.state
-    if state is EMPTY or state is DEAD:
+    admit = cell.admit
+    if admit is Admit.ANYONE:
         return True
-    if state is PREPARING_REBALANCE:
+    if admit is Admit.WHILE_FEW_REJOINED:
         # members that have not re-joined may never do so: count only those that did
         return ((member_id in group.members and engine.is_awaiting_join(group, member_id))
                 or engine.parking.count(JOIN, group.group_id) < max_size)
@@ -114,11 +96,8 @@ def _remove_rejected(engine: Engine, group: Group, member_id: str) -> None:
 
 
 def _join_new_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, group: Group,
-                     now_ms: int) -> None:
-    if group.state is DEAD:
-        _fail(engine, ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
-        return
-    protocols = _protocols(req)
+                     cell: Join, now_ms: int) -> None:
+    protocols = _protocols(engine, req)
     if not group.supports_protocols(req.protocol_type, [name for name, _ in protocols]):
         _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
         return
@@ -128,7 +107,8 @@ def _join_new_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
     if instance_id is not None:
         old_id = group.static_members.get(instance_id)
         if old_id is not None:
-            _replace_static_member(engine, ctx, req, group, old_id, new_id, protocols, now_ms)
+            _replace_static_member(engine, ctx, req, group, cell, old_id, new_id, protocols,
+                                   now_ms)
         else:
             _add_member(engine, ctx, req, group, new_id, protocols, now_ms)
         return
@@ -146,7 +126,7 @@ def _add_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, grou
                     req.session_timeout_ms, req.rebalance_timeout_ms,
                     sys.intern(req.protocol_type), protocols)
     member.is_new = True
-    if group.state is PREPARING_REBALANCE and group.previous_state is EMPTY:
+    if group.initial_rebalance:
         group.new_member_added = True  # extends the initial rebalance delay
     group.add_member(member)
     engine.park_join(ctx.conn_id, ctx.correlation_id, group, member)
@@ -162,12 +142,9 @@ def _add_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, grou
 
 
 def _join_existing_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
-                          group: Group, now_ms: int) -> None:
+                          group: Group, cell: Join, now_ms: int) -> None:
     member_id = req.member_id
-    if group.state is DEAD:
-        _fail(engine, ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
-        return
-    protocols = _protocols(req)
+    protocols = _protocols(engine, req)
     if not group.supports_protocols(req.protocol_type, [name for name, _ in protocols]):
         _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         return
@@ -183,17 +160,17 @@ def _join_existing_member(engine: Engine, ctx: RequestContext, req: JoinGroupReq
     member = group.members[member_id]
     engine.attach(ctx.conn_id, group.group_id, member)
     reason = cut_reason(req.reason)
-    state = group.state
-    if state is PREPARING_REBALANCE:
+    rejoin = cell.rejoin
+    if rejoin is Rejoin.UPDATE:
         _update_member(engine, ctx, req, group, member, protocols, now_ms, reason)
-    elif state is COMPLETING_REBALANCE:
+    elif rejoin is Rejoin.REPEAT_UNLESS_CHANGED:
         if member.matches(protocols):
             # it probably missed its JoinGroup response: repeat the current generation
             _reply_current_generation(engine, ctx, group, member_id,
                                       with_members=member_id == group.leader_id)
         else:
             _update_member(engine, ctx, req, group, member, protocols, now_ms, reason)
-    elif state is STABLE:
+    elif rejoin is Rejoin.REPEAT_UNLESS_LEADER_OR_CHANGED:
         if member_id == group.leader_id or not member.matches(protocols):
             # a leader re-joining forces a rebalance (how it reacts to metadata changes)
             _update_member(engine, ctx, req, group, member, protocols, now_ms, reason)
@@ -232,8 +209,8 @@ def _generation_response(group: Group, member_id: str, *, with_members: bool,
 
 
 def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
-                           group: Group, old_id: str, new_id: str, protocols: Protocols,
-                           now_ms: int) -> None:
+                           group: Group, cell: Join, old_id: str, new_id: str,
+                           protocols: Protocols, now_ms: int) -> None:
     old = group.members[old_id]
     engine.fence_replaced(group, old)
     new = Member(group.group_id, new_id, old.group_instance_id, old.client_id, old.client_host,
@@ -249,8 +226,8 @@ def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRe
     engine.emit("member_joined", group, now_ms, member=new, reason=reason,
                 detail=f"replaces {old_id}")
     cause = Cause(STATIC_MEMBER_REPLACED, reason, new_id)
-    state = group.state
-    if state is STABLE:
+    replace = cell.replace
+    if replace is Replace.KEEP_UNLESS_PROTOCOL_CHANGES:
         if group.protocol_name == group.select_protocol():
             # same protocol: no rebalance; the member keeps its assignment (KIP-345), and a
             # returning leader is told to skip computing one (KIP-814)
@@ -260,7 +237,7 @@ def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRe
                 group, new_id, with_members=is_leader, skip_assignment=is_leader))
         else:
             engine.maybe_prepare_or_complete(group, now_ms, cause)
-    elif state is COMPLETING_REBALANCE:
+    elif replace is Replace.RESTART:
         # the leader may already have assigned to the old id: start over
         engine.prepare_rebalance(group, now_ms, cause)
     else:

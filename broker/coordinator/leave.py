@@ -7,13 +7,9 @@ from groupwire.broker.coordinator.engine import Engine, cut_reason
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import MEMBER_LEFT, Cause
 from groupwire.broker.coordinator.outputs import RequestContext
-from groupwire.broker.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    PREPARING_REBALANCE,
-    STABLE,
-)
+from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
 from groupwire.broker.coordinator.timers import session_key
+from groupwire.broker.coordinator.transitions import Refuse
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     LeaveGroupMemberResponse,
@@ -34,9 +30,9 @@ def handle_leave(engine: Engine, ctx: RequestContext, req: LeaveGroupRequest, no
         out.reply(ctx.conn_id, ctx.correlation_id, LeaveGroupResponse(members=[
             _answer(identity, ErrorCode.UNKNOWN_MEMBER_ID) for identity in req.members]))
         return
-    if group.state is DEAD:
-        out.reply(ctx.conn_id, ctx.correlation_id,
-                  LeaveGroupResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    cell = group.row.leave_group
+    if isinstance(cell, Refuse):
+        out.reply(ctx.conn_id, ctx.correlation_id, LeaveGroupResponse(error_code=cell.code))
         return
     answers: list[LeaveGroupMemberResponse] = []
     cause: Cause | None = None
@@ -46,9 +42,10 @@ def handle_leave(engine: Engine, ctx: RequestContext, req: LeaveGroupRequest, no
         if code is ErrorCode.NONE and cause is None:
             cause = Cause(MEMBER_LEFT, cut_reason(identity.reason), left)
     if cause is not None:
-        if group.state is STABLE or group.state is COMPLETING_REBALANCE:
+        # a removal starts a rebalance or may end the join phase, as the state's cell says
+        if PREPARING_REBALANCE in cell.moves_to:
             engine.maybe_prepare_or_complete(group, now_ms, cause)
-        elif group.state is PREPARING_REBALANCE:
+        elif COMPLETING_REBALANCE in cell.moves_to:
             engine.maybe_complete_join_phase(group, now_ms)
     out.reply(ctx.conn_id, ctx.correlation_id, LeaveGroupResponse(members=answers))
 

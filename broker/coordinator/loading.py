@@ -39,7 +39,7 @@ def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
             engine.offsets.drop_group(record.group_id)
     for group in engine.groups.values():
         group.subscribed_topics = group.compute_subscribed_topics()
-        restore_ownership(group)
+        restore_ownership(group, engine.shared)
         group.settled_owners = owner_map(group) if group.state is STABLE else {}
 
 
@@ -74,7 +74,8 @@ def start(engine: Engine, now_ms: int) -> None:
         for member in group.members.values():
             if member.session_deadline is None:
                 engine.arm_session(member, member.session_timeout_ms, now_ms)
-        if group.state is COMPLETING_REBALANCE and group.sync_deadline is None:
+        if group.pending_sync and group.sync_deadline is None:
+            # restored CompletingRebalance: every member owes a SyncGroup
             engine.arm_sync_timer(group, now_ms)
     interval = engine.config.offsets_retention_check_interval_ms
     if interval > 0:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.member import TP
-from groupwire.broker.coordinator.state import EMPTY, STABLE
+from groupwire.broker.coordinator.transitions import Expire, Retain
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +49,21 @@ def expired_offsets(group: Group, offsets: dict[TP, CommittedOffset], now_ms: in
     """Kafka's expiration condition for a classic group:
 
     * no protocol type (a "simple" group): ``now - commit time >= retention``;
-    * Empty with a protocol type: ``now - time it became Empty >= retention``;
-    * Stable "consumer" group with known subscriptions: unsubscribed topics' offsets by
-      commit time;
+    * otherwise as the state's retention cell says (:class:`Expire`): Empty, ``now - time
+      it became Empty >= retention``; Stable "consumer" group with known subscriptions:
+      unsubscribed topics' offsets by commit time;
     * anything else (rebalancing, other protocol types while not Empty): nothing.
     """
     if group.protocol_type is None:
         return [tp for tp, o in offsets.items() if now_ms - o.commit_ms >= retention_ms]
-    if group.state is EMPTY:
+    cell = group.row.retention
+    if not isinstance(cell, Retain):
+        return []
+    if cell.expires is Expire.ALL_AFTER_EMPTY:
         if now_ms - group.state_ms >= retention_ms:
             return list(offsets)
         return []
-    if group.state is STABLE and group.is_consumer and group.subscribed_topics is not None:
+    if group.is_consumer and group.subscribed_topics is not None:
         subscribed = group.subscribed_topics
         return [tp for tp, o in offsets.items()
                 if tp[0] not in subscribed and now_ms - o.commit_ms >= retention_ms]

@@ -10,13 +10,7 @@ from groupwire.broker.coordinator.member import TP, Member
 from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.records import OffsetCommitRecord
-from groupwire.broker.coordinator.state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-)
+from groupwire.broker.coordinator.transitions import Commit, Refuse
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     OffsetCommitRequest,
@@ -40,7 +34,9 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
                 for p in t.partitions])
             for t in req.topics]))
         return
-    if member is not None and (group.state is STABLE or group.state is PREPARING_REBALANCE):
+    cell = group.row.offset_commit
+    assert isinstance(cell, Commit)  # _validate answered a Refuse
+    if member is not None and cell.renews_session:
         engine.arm_session(member, member.session_timeout_ms, now_ms)
     fenced_member = (member if member is not None and engine.config.ownership_fencing
                      and group.is_consumer and member.owned is not None else None)
@@ -88,9 +84,10 @@ def _validate(engine: Engine, req: OffsetCommitRequest,
             return ErrorCode.ILLEGAL_GENERATION, None, None
         # a "simple" group: offsets only, no protocol type
         group = engine.create_group(req.group_id, now_ms)
-    if group.state is DEAD:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, None
-    if req.generation_id < 0 and group.state is EMPTY:
+    cell = group.row.offset_commit
+    if isinstance(cell, Refuse):
+        return cell.code, None, None
+    if req.generation_id < 0 and cell.without_member:
         return ErrorCode.NONE, group, None  # admin tools, manual assignment
     member: Member | None = None
     if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
@@ -100,10 +97,10 @@ def _validate(engine: Engine, req: OffsetCommitRequest,
         if req.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION, None, None
         member = group.members[req.member_id]
-    elif group.state is not EMPTY:
+    elif not cell.without_member:
         return ErrorCode.UNKNOWN_MEMBER_ID, None, None
-    if group.state is COMPLETING_REBALANCE:
-        return ErrorCode.REBALANCE_IN_PROGRESS, None, None
+    if cell.answer is not ErrorCode.NONE:
+        return cell.answer, None, None  # CompletingRebalance: no commits mid-assignment
     return ErrorCode.NONE, group, member
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Final, Literal
 
 from groupwire.broker.coordinator.timers import TimerKey
@@ -37,7 +36,9 @@ class Dropped:
     address: Address
 
 
-_NO_WAITERS: Final[Mapping[str, Address]] = MappingProxyType({})
+_NO_WAITERS: Final[frozenset[str]] = frozenset()
+"""The members parked in a group with none: immutable, and ``in`` on it (once per
+heartbeat) costs what it does on a dict."""
 
 
 class Parking:
@@ -84,6 +85,12 @@ class Parking:
 
     def is_parked(self, kind: Kind, group_id: str, member_id: str) -> bool:
         return member_id in self._tables[kind].get(group_id, _NO_WAITERS)
+
+    def table(self, kind: Kind) -> Mapping[str, Mapping[str, object]]:
+        """Group id -> the members with a request of ``kind`` parked: the live table (it
+        changes as requests are parked and taken), for a caller that asks once per
+        heartbeat and cannot afford :meth:`is_parked`'s call."""
+        return self._tables[kind]
 
     def count(self, kind: Kind, group_id: str) -> int:
         return len(self._tables[kind].get(group_id, _NO_WAITERS))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from groupwire.broker.coordinator.engine import Engine
-from groupwire.broker.coordinator.fencing import install_ownership, shared_assignment
+from groupwire.broker.coordinator.fencing import install_ownership
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.parking import SYNC, Address
-from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, DEAD, EMPTY, STABLE
+from groupwire.broker.coordinator.state import STABLE
+from groupwire.broker.coordinator.transitions import Refuse, Sync, SyncReply
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import SyncGroupRequest, SyncGroupResponse
 
@@ -20,30 +21,33 @@ def handle_sync(engine: Engine, ctx: RequestContext, req: SyncGroupRequest, now_
         return
     group = engine.groups[req.group_id]
     member = group.members[req.member_id]
-    if group.state is COMPLETING_REBALANCE:
+    cell = group.row.sync_group
+    assert isinstance(cell, Sync)  # _validate answered a Refuse
+    reply = cell.reply
+    if reply is SyncReply.AWAIT_LEADER:
         engine.parking.park(SYNC, group.group_id, member.member_id,
                             Address(ctx.conn_id, ctx.correlation_id))
         _remove_pending_sync(engine, group, member.member_id)
         if member.member_id == group.leader_id:
             _apply_leader_assignment(engine, group, req, now_ms)
-    elif group.state is STABLE:
+    elif reply is SyncReply.ASSIGNMENT:
         _remove_pending_sync(engine, group, member.member_id)
         out.reply(ctx.conn_id, ctx.correlation_id, SyncGroupResponse(
             protocol_type=group.protocol_type, protocol_name=group.protocol_name,
             assignment=member.assignment))
-    else:  # PreparingRebalance: re-join first
-        out.reply(ctx.conn_id, ctx.correlation_id,
-                  SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
+    else:  # the state's answer (PreparingRebalance: re-join first)
+        out.reply(ctx.conn_id, ctx.correlation_id, SyncGroupResponse(error_code=cell.answer))
 
 
 def _validate(engine: Engine, ctx: RequestContext, req: SyncGroupRequest) -> ErrorCode:
     if not req.group_id:
         return ErrorCode.INVALID_GROUP_ID
     group = engine.groups.get(req.group_id)
-    if group is None or group.state is EMPTY:
+    if group is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if group.state is DEAD:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    cell = group.row.sync_group
+    if isinstance(cell, Refuse):
+        return cell.code
     code = group.validate_member(req.member_id, req.group_instance_id)
     if code is not ErrorCode.NONE:
         return code
@@ -72,8 +76,8 @@ def _apply_leader_assignment(engine: Engine, group: Group, req: SyncGroupRequest
     """Members the leader left out get an empty assignment; unknown ids are ignored."""
     assignments = {a.member_id: a.assignment for a in req.assignments}
     for member in group.members.values():
-        member.assignment = shared_assignment(assignments.get(member.member_id, b""))[0]
-    install_ownership(group)
+        member.assignment = engine.shared.assignment(assignments.get(member.member_id, b""))[0]
+    install_ownership(group, engine.shared)
     engine.propagate_assignment(group, ErrorCode.NONE, now_ms)
     engine.transition(group, STABLE, now_ms)
     engine.persist(group)

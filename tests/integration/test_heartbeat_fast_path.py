@@ -86,6 +86,49 @@ async def test_a_pipelined_burst_is_answered_and_counted(tmp_path: Path) -> None
         await broker.close()
 
 
+async def test_a_fast_path_failure_is_answered_and_the_connection_goes_on(
+        tmp_path: Path) -> None:
+    """An exception in the fast path is logged and answered UNKNOWN_SERVER_ERROR, like one
+    in the full path; the heartbeats around it are answered and nothing stays in flight."""
+    broker = Broker(fast_settings(tmp_path / "data"))
+    await broker.start()
+    try:
+        conn = await Connection.open("127.0.0.1", broker.port)
+        await create_topic(conn, "t", 1)
+        member = RawMember(conn, "g", ["t"], session_timeout_ms=10_000)
+        await form_group([member], "t", 1)
+        renew = broker.renew_heartbeat
+
+        def failing_on_7(conn_id: int, heartbeat: HeartbeatFields,
+                         now_ms: int) -> Renewal | None:
+            if heartbeat[0] == 7:
+                raise RuntimeError("boom")
+            return renew(conn_id, heartbeat, now_ms)
+
+        broker.renew_heartbeat = failing_on_7
+        stats = broker.metrics.requests
+        observed_before = stats.observed(HEARTBEAT)
+        burst = b"".join(frame(encode_request(cid, HeartbeatRequest(
+            group_id="g", generation_id=member.generation_id, member_id=member.member_id)))
+            for cid in range(1, 13))
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+        writer.write(burst)
+        answers = await _read_answers(reader, 12)
+        assert {cid: code for cid, (_, code) in answers.items()} == {
+            cid: ErrorCode.UNKNOWN_SERVER_ERROR if cid == 7 else ErrorCode.NONE
+            for cid in range(1, 13)}
+        assert stats.count(HEARTBEAT, ErrorCode.UNKNOWN_SERVER_ERROR) == 1
+        assert stats.observed(HEARTBEAT) - observed_before == 12
+        # nothing left in flight: the connection answers the next heartbeat at once
+        writer.write(frame(encode_request(7, HeartbeatRequest(
+            group_id="g", generation_id=member.generation_id, member_id=member.member_id))))
+        assert {cid: code for cid, (_, code) in (await _read_answers(reader, 1)).items()} == {
+            7: ErrorCode.UNKNOWN_SERVER_ERROR}
+        writer.close()
+    finally:
+        await broker.close()
+
+
 async def test_a_heartbeat_reusing_an_in_flight_id_closes_the_connection(
         tmp_path: Path) -> None:
     """The fast path never answers a duplicate id: the full path closes, as docs/protocol.md

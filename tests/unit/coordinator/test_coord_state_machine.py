@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from groupwire.broker.coordinator.fencing import decode_owned
 from groupwire.broker.coordinator.parking import JOIN, SYNC
+from groupwire.broker.coordinator.sharing import decode_owned
 from groupwire.broker.coordinator.state import (
     COMPLETING_REBALANCE,
     EMPTY,

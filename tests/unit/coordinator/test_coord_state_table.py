@@ -8,10 +8,19 @@ from groupwire.broker.coordinator.state import GroupState
 from groupwire.broker.coordinator.transitions import (
     ROWS,
     TABLE,
-    Handle,
+    Admit,
+    Commit,
+    Describe,
+    Expire,
+    Ignore,
     IllegalTransitionError,
     Input,
+    Join,
     Refuse,
+    Rejoin,
+    Retain,
+    Sync,
+    SyncReply,
     cell,
     check_transition,
     diagram,
@@ -57,10 +66,43 @@ def test_a_dead_group_refuses_every_request_and_ignores_its_timers() -> None:
         c = cell(S.DEAD, i)
         if i in (Input.DELETE_GROUPS,):
             assert c == Refuse(ErrorCode.GROUP_ID_NOT_FOUND)
+        elif i is Input.DESCRIBE_GROUPS:  # answered: the group is described as Dead
+            assert c == Describe("describe", shows_protocol=False)
         elif i.value[0].isupper():  # a request
             assert c == Refuse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         else:
-            assert isinstance(c, Handle) and not c.moves_to
+            assert isinstance(c, Ignore) and not c.moves_to
+
+
+def test_what_each_state_answers_is_in_its_cells() -> None:
+    """The per-state data the handlers read instead of testing states."""
+    join = {s: ROWS[s].join_group for s in S}
+    assert join[S.DEAD] == Refuse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    assert [s for s, c in join.items() if isinstance(c, Join) and c.any_protocol] == [S.EMPTY]
+    assert {s: c.admit for s, c in join.items() if isinstance(c, Join)} == {
+        S.EMPTY: Admit.ANYONE, S.PREPARING_REBALANCE: Admit.WHILE_FEW_REJOINED,
+        S.COMPLETING_REBALANCE: Admit.WHILE_FEW_MEMBERS, S.STABLE: Admit.WHILE_FEW_MEMBERS}
+    assert {s: c.rejoin for s, c in join.items() if isinstance(c, Join)} == {
+        S.EMPTY: Rejoin.UNKNOWN, S.PREPARING_REBALANCE: Rejoin.UPDATE,
+        S.COMPLETING_REBALANCE: Rejoin.REPEAT_UNLESS_CHANGED,
+        S.STABLE: Rejoin.REPEAT_UNLESS_LEADER_OR_CHANGED}
+    sync = {s: ROWS[s].sync_group for s in S}
+    assert sync[S.EMPTY] == Refuse(ErrorCode.UNKNOWN_MEMBER_ID)
+    assert {s: (c.reply, c.answer) for s, c in sync.items() if isinstance(c, Sync)} == {
+        S.PREPARING_REBALANCE: (SyncReply.ANSWER, ErrorCode.REBALANCE_IN_PROGRESS),
+        S.COMPLETING_REBALANCE: (SyncReply.AWAIT_LEADER, ErrorCode.NONE),
+        S.STABLE: (SyncReply.ASSIGNMENT, ErrorCode.NONE)}
+    commit = {s: ROWS[s].offset_commit for s in S}
+    assert {s: (c.without_member, c.renews_session, c.answer)
+            for s, c in commit.items() if isinstance(c, Commit)} == {
+        S.EMPTY: (True, False, ErrorCode.NONE),
+        S.PREPARING_REBALANCE: (False, True, ErrorCode.NONE),
+        S.COMPLETING_REBALANCE: (False, False, ErrorCode.REBALANCE_IN_PROGRESS),
+        S.STABLE: (False, True, ErrorCode.NONE)}
+    assert [s for s in S if ROWS[s].describe_groups.shows_protocol] == [S.STABLE]
+    assert [s for s in S if ROWS[s].in_join_phase] == [S.PREPARING_REBALANCE]
+    assert {s: c.expires for s in S if isinstance(c := ROWS[s].retention, Retain)} == {
+        S.EMPTY: Expire.ALL_AFTER_EMPTY, S.STABLE: Expire.UNSUBSCRIBED}
 
 
 def test_the_table_is_not_a_mutable_cache() -> None:

@@ -139,3 +139,23 @@ def test_heartbeat_reschedules_session_only_when_accepted() -> None:
     assert sim.timer_deadline(("session", "g", a.member_id)) == t0 + 999 + 1000
     sim.advance(1000)
     assert a.hb() == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_a_failed_metadata_write_rebalances_only_the_stable_generation_it_stored() -> None:
+    sim = Sim()
+    a, b = Member(sim, client_id="a"), Member(sim, client_id="b")
+    form_group(sim, [a, b])
+    generation = a.generation_id
+    assert sim.state("g") == "Stable"
+    # another generation, or another group: nothing happens
+    sim.apply(sim.coord.group_write_failed("g", generation + 1, sim.now))
+    sim.apply(sim.coord.group_write_failed("nope", generation, sim.now))
+    assert sim.state("g") == "Stable"
+    assert all(m.member_assignment for m in sim.describe("g").members)
+    sim.apply(sim.coord.group_write_failed("g", generation, sim.now))
+    assert sim.state("g") == "PreparingRebalance"
+    assert [m.member_assignment for m in sim.describe("g").members] == [b"", b""]
+    # not Stable any more: a second report of the same generation changes nothing
+    result = sim.apply(sim.coord.group_write_failed("g", generation, sim.now))
+    assert not result.transitions and not result.replies
+    assert sim.state("g") == "PreparingRebalance"

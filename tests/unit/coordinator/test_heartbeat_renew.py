@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from groupwire.broker.coordinator import Coordinator, Renewal, RequestContext, Result
-from groupwire.broker.coordinator.engine import heartbeat_response
+from groupwire.broker.coordinator import Renewal, RequestContext, Result
+from groupwire.broker.coordinator import coordinator as coordinator_module
+from groupwire.broker.coordinator.engine import Engine, heartbeat_response
 from groupwire.broker.coordinator.member import Member as CoreMember
 from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
 from groupwire.protocol.codec import HeartbeatFields, decode_heartbeat, encode_request
@@ -103,8 +104,8 @@ def test_renew_settles_a_stable_members_heartbeat_with_no_outputs() -> None:
     assert len(sim.results) == results  # nothing for the shell to do
     # the renewal lists every change it made
     assert renewal is not None
-    assert (renewal.group_id, renewal.member_id, renewal.session_deadline_ms,
-            renewal.poll_age_ms, renewal.attached_conn) == (
+    group_id, member_id, session_deadline_ms, poll_age_ms, attached_conn = renewal
+    assert (group_id, member_id, session_deadline_ms, poll_age_ms, attached_conn) == (
         "g", a.member_id, sim.now + 10_000, 120, -1)
     group = sim.coord.view.group("g")
     assert group is not None
@@ -269,15 +270,16 @@ def test_a_scripted_run_is_the_same_with_and_without_the_fast_path() -> None:
 def _renews_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the heartbeats ``renew`` settled (a test that never took it proves nothing)."""
     counter = [0]
-    inner = Coordinator.renew
+    inner = coordinator_module.renew
 
-    def counting(self: Coordinator, conn_id: int, heartbeat: HeartbeatFields,
+    def counting(engine: Engine, conn_id: int, heartbeat: HeartbeatFields,
                  now_ms: int) -> Renewal | None:
-        settled = inner(self, conn_id, heartbeat, now_ms)
+        settled = inner(engine, conn_id, heartbeat, now_ms)
         counter[0] += settled is not None
         return settled
 
-    monkeypatch.setattr(Coordinator, "renew", counting)
+    # each Coordinator binds the module's ``renew`` when it is made
+    monkeypatch.setattr(coordinator_module, "renew", counting)
     return counter
 
 
