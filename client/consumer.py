@@ -1,4 +1,4 @@
-"""The Consumer: aiokafka's shape, Kafka Java's membership (reference §15).
+"""The Consumer: aiokafka's shape, Kafka Java's membership (docs/design/kafka.md §15).
 
 A thin facade over the parts that each hold one idea:
 

@@ -1,4 +1,5 @@
-"""JoinGroup and SyncGroup for the consumer, and the leader's assignment (reference §15.3).
+"""JoinGroup and SyncGroup for the consumer, and the leader's assignment (docs/design/kafka.md
+§15.3).
 
 Network only: it drives the shared :class:`~client.membership.Membership` through one
 rebalance and returns the partitions assigned; the consumer applies them (listeners,

@@ -1,4 +1,4 @@
-"""The consumer's group membership as a pure state machine (reference §15).
+"""The consumer's group membership as a pure state machine (docs/design/kafka.md §15).
 
 It decides what each JoinGroup / SyncGroup / Heartbeat / OffsetCommit answer means for the
 member, and when the application has gone too long without polling. No I/O, no asyncio,
@@ -100,7 +100,8 @@ class Membership:
             self.state == MemberState.STABLE and self.rejoin_needed)
 
     def heartbeat_target(self) -> Generation | None:
-        """What to heartbeat for, or None: only once JoinGroup answered (reference §15.2)."""
+        """What to heartbeat for, or None: only once JoinGroup answered (docs/design/kafka.md
+        §15.2)."""
         if self.state in (MemberState.SYNCING, MemberState.STABLE) and self.member_id:
             return Generation(self.generation_id, self.member_id)
         return None
@@ -217,7 +218,8 @@ class Membership:
         return self._membership_error(err, now_ms)
 
     def _membership_error(self, err: ErrorCode, now_ms: int) -> Action:
-        """What SyncGroup and Heartbeat errors mean for membership (reference §15.2-15.3):
+        """What SyncGroup and Heartbeat errors mean for membership (docs/design/kafka.md
+        §15.2-15.3):
         a new generation is needed (member id kept only for ILLEGAL_GENERATION), a fenced
         static member stops, a lost coordinator is looked up again, the rest is retried."""
         if err in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
@@ -248,7 +250,8 @@ class Membership:
     # --- commits ---------------------------------------------------------------------------
 
     def commit_check(self) -> CommitCheck:
-        """May a group commit be sent now, with :attr:`generation` (reference §15.3)?"""
+        """May a group commit be sent now, with :attr:`generation` (docs/design/kafka.md
+        §15.3)?"""
         if self.state == MemberState.STABLE and self.generation_id >= 0:
             return CommitCheck.OK
         if self.state in (MemberState.JOINING, MemberState.SYNCING) or (

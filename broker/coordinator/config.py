@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    """Defaults are Kafka's (reference §14) and docs/protocol.md §7's."""
+    """Defaults are Kafka's (docs/design/kafka.md §14) and docs/protocol.md §7's."""
 
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000

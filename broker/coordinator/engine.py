@@ -259,7 +259,7 @@ class Engine:
             if target is EMPTY:
                 self.emit("group_emptied", group, now_ms)
 
-    # --- rebalance steps (reference §4.7-§4.10) -------------------------------------
+    # --- rebalance steps (docs/design/kafka.md §4.7-§4.10) -------------------------------------
 
     def prepare_rebalance(self, group: Group, now_ms: int, cause: Cause) -> None:
         if group.state is COMPLETING_REBALANCE:
@@ -286,13 +286,13 @@ class Engine:
             self.maybe_complete_join_phase(group, now_ms)
 
     def maybe_complete_join_phase(self, group: Group, now_ms: int) -> None:
-        """After a join or leave: never during the initial delay (reference §4.9)."""
+        """After a join or leave: never during the initial delay (docs/design/kafka.md §4.9)."""
         if (group.row.in_join_phase and not group.initial_rebalance
                 and self.all_joined(group)):
             self.complete_join(group, now_ms)
 
     def complete_join_if_all_joined(self, group: Group, now_ms: int) -> None:
-        """After an expiry: Kafka checks only that everyone joined (reference §8)."""
+        """After an expiry: Kafka checks only that everyone joined (docs/design/kafka.md §8)."""
         if group.row.in_join_phase and self.all_joined(group):
             self.complete_join(group, now_ms)
 

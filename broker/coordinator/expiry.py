@@ -48,7 +48,7 @@ def expire(engine: Engine, key: TimerKey, now_ms: int) -> None:
                 RETENTION_KEY, now_ms + engine.config.offsets_retention_check_interval_ms)
 
 
-# --- session (reference §8) -------------------------------------------------------------
+# --- session (docs/design/kafka.md §8) ------------------------------------------------------------
 
 
 def expire_session(engine: Engine, group_id: str, member_id: str, now_ms: int) -> None:
@@ -84,7 +84,7 @@ def expire_session(engine: Engine, group_id: str, member_id: str, now_ms: int) -
     engine.remove_and_update(group, member, now_ms, Cause(token, None, member_id))
 
 
-# --- join phase (reference §4.8, §4.10) ---------------------------------------------------
+# --- join phase (docs/design/kafka.md §4.8, §4.10) ------------------------------------------------
 
 
 def expire_join(engine: Engine, group_id: str, now_ms: int) -> None:
@@ -110,7 +110,7 @@ def expire_join(engine: Engine, group_id: str, now_ms: int) -> None:
     engine.complete_join(group, now_ms)
 
 
-# --- pending sync (reference §9) ----------------------------------------------------------
+# --- pending sync (docs/design/kafka.md §9) -------------------------------------------------------
 
 
 def expire_pending_sync(engine: Engine, group_id: str, generation: str, now_ms: int) -> None:
@@ -188,7 +188,7 @@ def connection_closed(engine: Engine, conn_id: int, now_ms: int) -> None:
         engine.emit_member("connection_lost", group, member, now_ms, None)
 
 
-# --- offsets retention (reference §10.3) ----------------------------------------------------
+# --- offsets retention (docs/design/kafka.md §10.3) -----------------------------------------------
 
 
 def sweep_offsets(engine: Engine, now_ms: int) -> None:

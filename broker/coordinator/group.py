@@ -1,4 +1,4 @@
-"""One group's metadata (reference §1 "Group") and the bookkeeping Kafka's
+"""One group's metadata (docs/design/kafka.md §1 "Group") and the bookkeeping Kafka's
 ``ClassicGroup`` does on it. No parked requests, no timers here: those are the
 coordinator's; this module only knows who is in the group and what they support."""
 
@@ -78,7 +78,7 @@ class Group:
         self.subscribed_topics: frozenset[str] | None = None
         self.join_key: TimerKey = join_key(group_id)
         self.join_deadline: int | None = None
-        # (delay, remaining) of the pending initial-rebalance check (reference §4.8)
+        # (delay, remaining) of the pending initial-rebalance check (docs/design/kafka.md §4.8)
         self.initial_delay: tuple[int, int] | None = None
         self.sync_deadline: int | None = None
         self.history = RebalanceHistory(history_size)

@@ -1,5 +1,5 @@
-"""Heartbeat (reference §6) with the poll-interval check (docs/protocol.md §7.1) and the long
-poll (§7.3).
+"""Heartbeat (docs/design/kafka.md §6) with the poll-interval check (docs/protocol.md §7.1) and
+the long poll (§7.3).
 
 What a heartbeat means is decided by one pure function, :func:`classify`, which both
 paths use: :func:`handle_heartbeat` (the full path, any outcome, outputs in a Result) and

@@ -1,4 +1,4 @@
-"""JoinGroup (reference §4): admission, new members (KIP-394), existing members, static
+"""JoinGroup (docs/design/kafka.md §4): admission, new members (KIP-394), existing members, static
 replacement (KIP-345) and the returning static leader (KIP-814)."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _protocols(engine: Engine, req: JoinGroupRequest) -> Protocols:
     return engine.shared.protocols(tuple((p.name, p.metadata) for p in req.protocols))
 
 
-# --- group.max.size (reference §4.2) ----------------------------------------------------
+# --- group.max.size (docs/design/kafka.md §4.2) ---------------------------------------------------
 
 
 def _accept_joining_member(engine: Engine, cell: Join, group: Group, member_id: str) -> bool:
@@ -92,7 +92,7 @@ def _remove_rejected(engine: Engine, group: Group, member_id: str) -> None:
         group.remove(member_id)
 
 
-# --- new member (reference §4.3) --------------------------------------------------------
+# --- new member (docs/design/kafka.md §4.3) -------------------------------------------------------
 
 
 def _join_new_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, group: Group,
@@ -138,7 +138,7 @@ def _add_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, grou
     engine.maybe_prepare_or_complete(group, now_ms, Cause(MEMBER_JOINED, reason, member_id))
 
 
-# --- known member id (reference §4.4) ---------------------------------------------------
+# --- known member id (docs/design/kafka.md §4.4) --------------------------------------------------
 
 
 def _join_existing_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
@@ -205,7 +205,7 @@ def _generation_response(group: Group, member_id: str, *, with_members: bool,
         members=group.current_member_list() if with_members else [])
 
 
-# --- static member re-joining with "" (reference §4.12) ---------------------------------
+# --- static member re-joining with "" (docs/design/kafka.md §4.12) --------------------------------
 
 
 def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,

@@ -1,4 +1,4 @@
-"""LeaveGroup (reference §7): a batch of identities, each answered on its own; any
+"""LeaveGroup (docs/design/kafka.md §7): a batch of identities, each answered on its own; any
 successful removal (pending ids included) moves the group on, as in Kafka."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One group member's metadata (reference §1 "Member"), kept small: many are idle."""
+"""One group member's metadata (docs/design/kafka.md §1 "Member"), kept small: many are idle."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Committed offsets per group and the retention rules that expire them (reference §10.3)."""
+"""Committed offsets per group and the retention rules that expire them (docs/design/kafka.md
+§10.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OffsetCommit (reference §10.1 + ownership fencing, docs/protocol.md §7.2) and OffsetFetch."""
+"""OffsetCommit (docs/design/kafka.md §10.1 + ownership fencing, docs/protocol.md §7.2) and
+OffsetFetch."""
 
 from __future__ import annotations
 

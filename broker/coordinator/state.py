@@ -1,4 +1,4 @@
-"""Kafka's classic group states (reference §2). How each one answers each input, and so
+"""Kafka's classic group states (docs/design/kafka.md §2). How each one answers each input, and so
 which moves between them are legal, is the table in transitions.py."""
 
 from __future__ import annotations

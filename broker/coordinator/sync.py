@@ -1,4 +1,5 @@
-"""SyncGroup (reference §5): followers wait, the leader's assignment is applied to all."""
+"""SyncGroup (docs/design/kafka.md §5): followers wait, the leader's assignment is applied to
+all."""
 
 from __future__ import annotations
 

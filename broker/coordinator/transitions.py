@@ -76,7 +76,7 @@ class Ignore(Handle):
 
 
 class Admit(enum.Enum):
-    """Who group.max.size lets join (reference §4.2)."""
+    """Who group.max.size lets join (docs/design/kafka.md §4.2)."""
 
     ANYONE = "anyone"
     WHILE_FEW_REJOINED = "a member awaiting the join phase, or while fewer than the max re-joined"
@@ -84,7 +84,7 @@ class Admit(enum.Enum):
 
 
 class Rejoin(enum.Enum):
-    """What a JoinGroup from a known member does (reference §4.4)."""
+    """What a JoinGroup from a known member does (docs/design/kafka.md §4.4)."""
 
     UNKNOWN = "unknown member"
     UPDATE = "update the member and wait for the join phase to end"
@@ -94,7 +94,8 @@ class Rejoin(enum.Enum):
 
 
 class Replace(enum.Enum):
-    """What a static member re-joining with a new id does to the group (reference §4.12)."""
+    """What a static member re-joining with a new id does to the group (docs/design/kafka.md
+    §4.12)."""
 
     MAY_END_JOIN_PHASE = "the join phase may end"
     RESTART = "start the rebalance over (the leader may have assigned to the old id)"
@@ -112,7 +113,7 @@ class Join(Handle):
 
 
 class SyncReply(enum.Enum):
-    """What a valid member's SyncGroup is answered (reference §5)."""
+    """What a valid member's SyncGroup is answered (docs/design/kafka.md §5)."""
 
     ANSWER = "the cell's answer (re-join first)"
     AWAIT_LEADER = "parked until the leader's assignment"
@@ -126,8 +127,9 @@ class Sync(Handle):
 
 @dataclass(frozen=True, slots=True)
 class Commit(Handle):
-    """OffsetCommit (reference §10.1): ``without_member``: commits without a member (admin
-    tools, manual assignment) are taken; ``renews_session``: a member's commit renews it."""
+    """OffsetCommit (docs/design/kafka.md §10.1): ``without_member``: commits without a member
+    (admin tools, manual assignment) are taken; ``renews_session``: a member's commit renews
+    it."""
 
     without_member: bool = False
     renews_session: bool = False
@@ -135,14 +137,15 @@ class Commit(Handle):
 
 @dataclass(frozen=True, slots=True)
 class Describe(Handle):
-    """DescribeGroups (reference §11): the protocol and members' metadata are shown only
-    when ``shows_protocol``; assignments always are."""
+    """DescribeGroups (docs/design/kafka.md §11): the protocol and members' metadata are shown
+    only when ``shows_protocol``; assignments always are."""
 
     shows_protocol: bool = False
 
 
 class Expire(enum.Enum):
-    """Which offsets of a group with a protocol type retention expires (reference §10.3)."""
+    """Which offsets of a group with a protocol type retention expires (docs/design/kafka.md
+    §10.3)."""
 
     ALL_AFTER_EMPTY = "all, once the group has been Empty for the retention"
     UNSUBSCRIBED = "a consumer group's unsubscribed topics', by commit time"
@@ -165,7 +168,7 @@ _IN_PROGRESS: Final = ErrorCode.REBALANCE_IN_PROGRESS
 _S, _P, _C, _E, _D = STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD
 
 TABLE: Final[Mapping[tuple[GroupState, Input], Cell]] = MappingProxyType({
-    # JoinGroup (reference §4): a known member re-joining Stable/CompletingRebalance with
+    # JoinGroup (docs/design/kafka.md §4): a known member re-joining Stable/CompletingRebalance with
     # changed metadata (or as leader) starts a rebalance; the last join ends the phase
     (_E, Input.JOIN_GROUP): Join("join", _REBALANCE, any_protocol=True),
     (_P, Input.JOIN_GROUP): Join("join", frozenset({COMPLETING_REBALANCE}),
@@ -176,26 +179,26 @@ TABLE: Final[Mapping[tuple[GroupState, Input], Cell]] = MappingProxyType({
                                  rejoin=Rejoin.REPEAT_UNLESS_LEADER_OR_CHANGED,
                                  replace=Replace.KEEP_UNLESS_PROTOCOL_CHANGES),
     (_D, Input.JOIN_GROUP): _GONE,
-    # SyncGroup (reference §5): the leader's assignment makes the group Stable
+    # SyncGroup (docs/design/kafka.md §5): the leader's assignment makes the group Stable
     (_E, Input.SYNC_GROUP): _NOT_A_MEMBER,
     (_P, Input.SYNC_GROUP): Sync("sync", answer=_IN_PROGRESS),
     (_C, Input.SYNC_GROUP): Sync("sync: park, apply the leader's assignment",
                                  frozenset({STABLE}), reply=SyncReply.AWAIT_LEADER),
     (_S, Input.SYNC_GROUP): Sync("sync: the current assignment", reply=SyncReply.ASSIGNMENT),
     (_D, Input.SYNC_GROUP): _GONE,
-    # Heartbeat (reference §6, docs/protocol.md §7.1): an expired poll interval removes
+    # Heartbeat (docs/design/kafka.md §6, docs/protocol.md §7.1): an expired poll interval removes
     (_E, Input.HEARTBEAT): _NOT_A_MEMBER,
     (_P, Input.HEARTBEAT): Handle("heartbeat", _END_JOIN_PHASE, answer=_IN_PROGRESS),
     (_C, Input.HEARTBEAT): Handle("heartbeat", _REBALANCE),
     (_S, Input.HEARTBEAT): Handle("heartbeat", _REBALANCE),
     (_D, Input.HEARTBEAT): _GONE,
-    # LeaveGroup (reference §7)
+    # LeaveGroup (docs/design/kafka.md §7)
     (_E, Input.LEAVE_GROUP): Handle("leave"),
     (_P, Input.LEAVE_GROUP): Handle("leave", _END_JOIN_PHASE),
     (_C, Input.LEAVE_GROUP): Handle("leave", _REBALANCE),
     (_S, Input.LEAVE_GROUP): Handle("leave", _REBALANCE),
     (_D, Input.LEAVE_GROUP): _GONE,
-    # OffsetCommit (reference §10): no commits while an assignment is being handed out
+    # OffsetCommit (docs/design/kafka.md §10): no commits while an assignment is being handed out
     (_E, Input.OFFSET_COMMIT): Commit("commit", without_member=True),
     (_P, Input.OFFSET_COMMIT): Commit("commit", renews_session=True),
     (_C, Input.OFFSET_COMMIT): Commit("commit", answer=_IN_PROGRESS),
@@ -213,7 +216,7 @@ TABLE: Final[Mapping[tuple[GroupState, Input], Cell]] = MappingProxyType({
     (_C, Input.DESCRIBE_GROUPS): Describe("describe"),
     (_S, Input.DESCRIBE_GROUPS): Describe("describe", shows_protocol=True),
     (_D, Input.DESCRIBE_GROUPS): Describe("describe"),
-    # timers (reference §8, §9, §4.8, §10.3)
+    # timers (docs/design/kafka.md §8, §9, §4.8, §10.3)
     (_E, Input.SESSION_EXPIRY): Handle("forget the pending member id"),
     (_P, Input.SESSION_EXPIRY): Handle("remove member", _END_JOIN_PHASE),
     (_C, Input.SESSION_EXPIRY): Handle("remove member", _REBALANCE),
@@ -330,7 +333,7 @@ CAN_REBALANCE: Final = frozenset({EMPTY, STABLE, COMPLETING_REBALANCE})
 """States from which a trigger starts a rebalance; in PreparingRebalance it tries to finish."""
 INITIAL_DELAY_FROM: Final = frozenset({EMPTY})
 """A rebalance started from these states waits group.initial.rebalance.delay.ms for more
-members (reference §4.8), and no join or leave ends its join phase early (§4.9)."""
+members (docs/design/kafka.md §4.8), and no join or leave ends its join phase early (§4.9)."""
 
 
 class IllegalTransitionError(RuntimeError):

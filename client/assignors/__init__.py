@@ -1,5 +1,6 @@
-"""Partition assignors the group leader runs (reference §16): range, roundrobin, sticky and
-cooperative-sticky. Sans-I/O: plain functions of partition counts and subscriptions."""
+"""Partition assignors the group leader runs (docs/design/kafka.md §16): range, roundrobin,
+sticky and cooperative-sticky. Sans-I/O: plain functions of partition counts and
+subscriptions."""
 
 from groupwire.client.assignors.base import (
     COOPERATIVE,

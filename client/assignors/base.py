@@ -1,4 +1,4 @@
-"""What every assignor takes and returns (reference §16), and the ordering range and
+"""What every assignor takes and returns (docs/design/kafka.md §16), and the ordering range and
 round-robin share.
 
 Assignors are plain functions of (partition counts, subscriptions): the group leader runs

@@ -1,4 +1,5 @@
-"""Who validly owns what before a sticky rebalance (reference §16, "Ownership resolution").
+"""Who validly owns what before a sticky rebalance (docs/design/kafka.md §16, "Ownership
+resolution").
 
 Members report what they own and in which generation. Claims on partitions that no longer
 exist are dropped; a partition claimed by several members goes to the single claimer of

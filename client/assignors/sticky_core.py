@@ -1,7 +1,7 @@
 """The algorithm behind sticky and cooperative-sticky (Kafka's AbstractStickyAssignor).
 
 Balanced first, then sticky: a member keeps as many of its validly owned partitions as
-balance allows. Equal subscriptions use the "constrained" algorithm of reference §16 step
+balance allows. Equal subscriptions use the "constrained" algorithm of docs/design/kafka.md §16 step
 by step; unequal ones a general one judged by its properties: complete, only subscribed
 topics, and no partition movable from a member with at least two more partitions to a
 member subscribed to its topic. Kafka's general algorithm is a heuristic with no stated

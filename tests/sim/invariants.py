@@ -26,7 +26,7 @@ from groupwire.protocol.messages import (
 )
 from tests.sim.world import World
 
-# Kafka's classic group moves (reference §2), written out here independently of the
+# Kafka's classic group moves (docs/design/kafka.md §2), written out here independently of the
 # coordinator's own table so that a wrong table would be caught too.
 LEGAL: Final[frozenset[tuple[GroupState, GroupState]]] = frozenset(
     {(EMPTY, PREPARING_REBALANCE), (STABLE, PREPARING_REBALANCE),

@@ -1,4 +1,4 @@
-"""Independent checks of assignor output, written from reference §16 rather than from the
+"""Independent checks of assignor output, written from docs/design/kafka.md §16 rather than from the
 implementation, shared by the hand-written and the property tests."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Hypothesis properties of all four assignors over random topics, partition counts,
-members, subscriptions and prior ownership (reference §16)."""
+members, subscriptions and prior ownership (docs/design/kafka.md §16)."""
 
 from __future__ import annotations
 

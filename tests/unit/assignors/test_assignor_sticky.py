@@ -1,4 +1,5 @@
-"""Sticky and cooperative-sticky on hand-worked cases (reference §16, Kafka's javadoc)."""
+"""Sticky and cooperative-sticky on hand-worked cases (docs/design/kafka.md §16, Kafka's
+javadoc)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure membership state machine under a fake clock (reference §15)."""
+"""The pure membership state machine under a fake clock (docs/design/kafka.md §15)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DescribeGroups, ListGroups (reference §11) and DeleteGroups (§10.4)."""
+"""DescribeGroups, ListGroups (docs/design/kafka.md §11) and DeleteGroups (§10.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JoinGroup: KIP-394 round trip, initial delay (reference §4.8), protocols, admission."""
+"""JoinGroup: KIP-394 round trip, initial delay (docs/design/kafka.md §4.8), protocols,
+admission."""
 
 from __future__ import annotations
 
@@ -292,7 +293,7 @@ def test_group_max_size_in_preparing_removes_member_that_rejoins_too_late() -> N
     assert resp is not None and resp.error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert c.send_join() is None  # the pending id becomes a member: 2 awaiting
     # b never re-joined; the limit counts members awaiting join, so b is refused now and
-    # removed from the group (Kafka's quirk, reference §17.9)
+    # removed from the group (Kafka's quirk, docs/design/kafka.md §17.9)
     resp = b.send_join()
     assert resp == JoinGroupResponse(error_code=ErrorCode.GROUP_MAX_SIZE_REACHED, member_id="")
     assert b.hb() == ErrorCode.UNKNOWN_MEMBER_ID

@@ -1,4 +1,4 @@
-"""LeaveGroup (reference §7) and static membership (§4.12, KIP-345, KIP-814)."""
+"""LeaveGroup (docs/design/kafka.md §7) and static membership (§4.12, KIP-345, KIP-814)."""
 
 from __future__ import annotations
 

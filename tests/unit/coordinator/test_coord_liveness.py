@@ -1,4 +1,4 @@
-"""Session expiry (reference §8), the rebalance timeout (§4.10), pending ids (§4.3) and
+"""Session expiry (docs/design/kafka.md §8), the rebalance timeout (§4.10), pending ids (§4.3) and
 the pending-sync timeout (§9), all on the simulated clock."""
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def test_pending_member_id_expires_and_unblocks_the_join_phase() -> None:
     assert again is not None and again.error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
-# --- pending-sync timeout: reference §9's four examples --------------------------------
+# --- pending-sync timeout: docs/design/kafka.md §9's four examples --------------------------------
 
 
 def _three_joined(sim: Sim) -> tuple[Member, list[Member]]:

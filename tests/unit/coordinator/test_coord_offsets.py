@@ -1,4 +1,4 @@
-"""OffsetCommit validation (reference §10.1), OffsetFetch (§10.2), retention (§10.3)."""
+"""OffsetCommit validation (docs/design/kafka.md §10.1), OffsetFetch (§10.2), retention (§10.3)."""
 
 from __future__ import annotations
 

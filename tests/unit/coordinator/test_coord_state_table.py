@@ -1,4 +1,4 @@
-"""The transition table (reference §2) and the diagram drawn from it."""
+"""The transition table (docs/design/kafka.md §2) and the diagram drawn from it."""
 
 from __future__ import annotations
 

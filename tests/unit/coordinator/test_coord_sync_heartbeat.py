@@ -1,4 +1,4 @@
-"""SyncGroup (reference §5) and Heartbeat (§6)."""
+"""SyncGroup (docs/design/kafka.md §5) and Heartbeat (§6)."""
 
 from __future__ import annotations
 
