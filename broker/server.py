@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import msgpack
+from prometheus_client import start_http_server
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.connection import ClientConnection
@@ -159,8 +160,6 @@ class Broker:
     def _start_metrics(self) -> None:
         if self.settings.metrics_port < 0:
             return
-        from prometheus_client import start_http_server
-
         assert self.coordinator is not None and self.store is not None
         coordinator, store = self.coordinator, self.store
         self.metrics.connections.set_function(lambda: len(self._connections))
