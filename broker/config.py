@@ -220,9 +220,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 )
             continue
         extra = f" ({'|'.join(opt.choices)})" if opt.choices else ""
+        # an empty default is described by the help text itself ("default: --host")
+        shown = f"default {default}; " if default != "" else ""
         parser.add_argument(
             flag_of(opt.name), dest=opt.name, default=None, metavar=opt.name.upper(),
-            help=f"{opt.help}{extra} (default {default}; env {env})",
+            help=f"{opt.help}{extra} ({shown}env {env})",
         )
 
 
