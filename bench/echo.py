@@ -51,7 +51,7 @@ async def serve(host: str, port: int) -> None:
 
 
 def run_loop(coro: Any) -> None:
-    """uvloop when installed, as the broker does (broker/cli.py)."""
+    """uvloop when installed, as the broker does (cli/running.py)."""
     try:
         import uvloop
     except ImportError:

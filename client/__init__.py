@@ -1,6 +1,7 @@
 """groupwire client SDK: an async Consumer, Producer and Admin speaking the broker protocol.
 
-Familiar to aiokafka users; better at rebalances (see DESIGN.md "Client SDK").
+Familiar to aiokafka users; better at rebalances (docs/design/extensions.md). Applications
+import these names from ``groupwire`` itself.
 """
 
 from groupwire.client.admin import Admin
