@@ -33,7 +33,7 @@ POLL_EXPIRED_RESPONSE: Final = HeartbeatResponse(
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class HeartbeatMeaning:
     """What a heartbeat means. ``member``: it came from a valid member, which is attached
     to the connection, has its previous long poll ended and its poll age recorded.
     ``renews``: the member's session is renewed. ``code``: the answer."""
@@ -44,18 +44,18 @@ class Verdict:
     renews: bool = False
 
 
-INVALID_GROUP: Final = Verdict("invalid-group", ErrorCode.INVALID_GROUP_ID)
-NO_GROUP: Final = Verdict("no-group", ErrorCode.UNKNOWN_MEMBER_ID)
-POLL_EXPIRED: Final = Verdict("poll-expired", ErrorCode.UNKNOWN_MEMBER_ID, member=True)
-ILLEGAL_GENERATION: Final = Verdict("illegal-generation", ErrorCode.ILLEGAL_GENERATION,
+INVALID_GROUP: Final = HeartbeatMeaning("invalid-group", ErrorCode.INVALID_GROUP_ID)
+NO_GROUP: Final = HeartbeatMeaning("no-group", ErrorCode.UNKNOWN_MEMBER_ID)
+POLL_EXPIRED: Final = HeartbeatMeaning("poll-expired", ErrorCode.UNKNOWN_MEMBER_ID, member=True)
+ILLEGAL_GENERATION: Final = HeartbeatMeaning("illegal-generation", ErrorCode.ILLEGAL_GENERATION,
                                     member=True)
-RENEWED: Final = Verdict("renewed", NONE, member=True, renews=True)
-HOLD: Final = Verdict("hold", NONE, member=True, renews=True)
+RENEWED: Final = HeartbeatMeaning("renewed", NONE, member=True, renews=True)
+HOLD: Final = HeartbeatMeaning("hold", NONE, member=True, renews=True)
 """Renewed, and the answer is held as a long poll."""
-_REFUSED: Final[Mapping[ErrorCode, Verdict]] = MappingProxyType({
-    code: Verdict("refused", code) for code in ErrorCode})
-_RENEWED_WITH: Final[Mapping[ErrorCode, Verdict]] = MappingProxyType({
-    code: Verdict("renewed", code, member=True, renews=True) for code in ErrorCode
+_REFUSED: Final[Mapping[ErrorCode, HeartbeatMeaning]] = MappingProxyType({
+    code: HeartbeatMeaning("refused", code) for code in ErrorCode})
+_RENEWED_WITH: Final[Mapping[ErrorCode, HeartbeatMeaning]] = MappingProxyType({
+    code: HeartbeatMeaning("renewed", code, member=True, renews=True) for code in ErrorCode
     if code is not NONE})
 
 
@@ -64,7 +64,7 @@ _UNKNOWN_MEMBER: Final = _REFUSED[ErrorCode.UNKNOWN_MEMBER_ID]
 
 def classify(group: Group | None, member: Member | None, group_id: str, generation_id: int,
              member_id: str, instance_id: str | None, poll_age_ms: int,
-             wait_ms: int) -> Verdict:
+             wait_ms: int) -> HeartbeatMeaning:
     """The one decision, in Kafka's order: group, its state's cell in the transition
     table, member, poll interval, generation, then what the state answers a member.
 
