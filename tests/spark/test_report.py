@@ -298,7 +298,9 @@ def test_ownership_gaps_run_from_the_loss_to_the_rebalance(report_run: dict[str,
         by_part.setdefault(iv["partition"], []).append(iv)
     assert set(by_part) == set(range(PARTITIONS))
     for ivs in by_part.values():
-        ivs.sort(key=lambda iv: iv["start_ms"])
+        # by start, then end: when two events share a millisecond (a rebalance completes
+        # and a member is lost in the same one) the interval of length 0 comes first
+        ivs.sort(key=lambda iv: (iv["start_ms"], iv["end_ms"]))
         assert ivs[0]["start_ms"] == rbs[0]["completed_ms"]
         assert ivs[-1]["state"] == "owned" and not ivs[-1]["open"]
         assert (ivs[-1]["end_ms"], ivs[-1]["end_reason"]) == (rbs[7]["started_ms"],
