@@ -23,7 +23,7 @@ from groupwire.client.errors import (
     error_for,
 )
 from groupwire.client.types import parse_bootstrap
-from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
@@ -48,6 +48,10 @@ IDEMPOTENT_APIS: Final = frozenset({
 })
 """Requests that may be sent again after a lost connection without changing the outcome."""
 
+CLOSED_HANDSHAKE_ROUNDS: Final = 3
+"""Rounds in which every address closed the connection before answering ApiVersions
+after which a never-connected client stops trying (a peer that is no groupwire broker)."""
+
 SOFTWARE_NAME: Final = "groupwire-python"
 SOFTWARE_VERSION: Final = "0.1"
 
@@ -58,6 +62,44 @@ def backoff_s(attempt: int, base_ms: int, max_ms: int, rng: random.Random | None
     ceiling = min(max_ms, base_ms * (1 << min(attempt, 30)))
     r = rng.random() if rng is not None else random.random()
     return (ceiling * (0.5 + 0.5 * r)) / 1000.0
+
+
+def _describe(failures: dict[str, BaseException]) -> str:
+    """``"a:1, b:2: connection refused"``, or one reason per address when they differ."""
+    reasons = {addr: _reason(exc) for addr, exc in failures.items()}
+    if len(set(reasons.values())) == 1:
+        return f"{', '.join(reasons)}: {next(iter(reasons.values()))}"
+    return ", ".join(f"{addr} ({why})" for addr, why in reasons.items())
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return str(exc) or "timed out"
+    if isinstance(exc, ConnectionClosedError):
+        return "connection closed before the broker answered"
+    return str(exc) or type(exc).__name__
+
+
+def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
+                       connected_once: bool) -> None:
+    """Raise when a full round failed for reasons waiting will not mend: all not groupwire;
+    or, for a client that never connected, all refused or all closed at once round after
+    round (a connected client's broker may be restarting: it waits)."""
+    errors = list(failures.values())
+    if all(isinstance(e, IncompatibleBrokerError) for e in errors):
+        raise IncompatibleBrokerError("; ".join(str(e) for e in errors)) from errors[-1]
+    if connected_once:
+        return
+    if all(isinstance(e, ConnectionRefusedError | IncompatibleBrokerError) for e in errors):
+        raise BrokerNotAvailableError(
+            f"no broker reachable at {_describe(failures)}") from errors[-1]
+    if rounds >= CLOSED_HANDSHAKE_ROUNDS and all(
+            isinstance(e, ConnectionClosedError) for e in errors):
+        raise BrokerNotAvailableError(
+            f"no broker reachable at {_describe(failures)} (is it a groupwire broker?)"
+        ) from errors[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +134,8 @@ class Cluster:
         self._conn: Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._next_address = 0
+        self._connected_once = False
+        self.connected_to: tuple[str, int] | None = None
         self._closed = False
 
     # --- connections ----------------------------------------------------------------------
@@ -115,36 +159,53 @@ class Cluster:
                 self._conn = await self._open_checked(deadline)
             return self._conn
 
-    async def new_connection(self) -> Connection:
-        """A separate checked connection the caller owns (and closes), on the running loop."""
+    async def new_connection(self, deadline: float | None = None) -> Connection:
+        """A separate checked connection the caller owns (and closes), on the running loop;
+        tries until ``deadline`` (loop time; default: the request timeout from now).
+        :attr:`connected_to` is the bootstrap address it reached."""
         self._check_open()
-        return await self._open_checked(None)
+        return await self._open_checked(deadline)
 
     async def _open_checked(self, deadline: float | None) -> Connection:
         """Connect and check, trying each address in turn until ``deadline`` (loop time;
-        default: the request timeout from now)."""
+        default: the request timeout from now).
+
+        Failures that waiting will not mend end the wait early: before this client has
+        ever connected, a round in which every address refused the connection, or
+        answered with something that is not groupwire, raises at once. Timeouts, resets
+        and a broker restarting behind a known address are retried until the deadline.
+        """
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + self.request_timeout_ms / 1000
         attempt = 0
-        last: BaseException | None = None
         n = len(self.bootstrap)
+        round_failures: dict[str, BaseException] = {}
+        latest: dict[str, BaseException] = {}  # each address's latest failure, for the message
         while True:
             host, port = self.bootstrap[self._next_address % n]
             remaining = deadline - loop.time()
             try:
-                return await self._open_one(host, port, max(remaining, 0.001))
-            except (OSError, TimeoutError, ConnectionClosedError) as exc:
-                last = exc
+                conn = await self._open_one(host, port, max(remaining, 0.001))
+            except (OSError, TimeoutError, ConnectionClosedError, IncompatibleBrokerError
+                    ) as exc:
+                round_failures[f"{host}:{port}"] = latest[f"{host}:{port}"] = exc
+            else:
+                self._connected_once = True
+                self.connected_to = (host, port)
+                return conn
             self._next_address += 1
             attempt += 1
+            rounds, end_of_round = divmod(attempt, n)
+            if end_of_round == 0:
+                _raise_if_hopeless(round_failures, rounds, self._connected_once)
+                round_failures = {}
             # Back off only once every address of the list has failed in this round.
-            delay = backoff_s(attempt // n, self.retry_backoff_ms, self.retry_backoff_max_ms
-                              ) if attempt % n == 0 else 0.0
+            delay = backoff_s(rounds, self.retry_backoff_ms, self.retry_backoff_max_ms
+                              ) if end_of_round == 0 else 0.0
             if loop.time() + delay >= deadline:
-                addrs = ",".join(f"{h}:{p}" for h, p in self.bootstrap)
-                raise BrokerNotAvailableError(
-                    f"no broker reachable at {addrs}: {last}") from last
+                raise BrokerNotAvailableError(f"no broker reachable at {_describe(latest)}"
+                                              ) from list(latest.values())[-1]
             if delay:
                 await asyncio.sleep(delay)
 
@@ -158,6 +219,16 @@ class Cluster:
                                    client_software_version=SOFTWARE_VERSION),
                 timeout=timeout, response_type=ApiVersionsResponse)
             self._check_versions(resp)
+        except ConnectionClosedError as exc:
+            await conn.close()
+            if isinstance(conn.failure, ProtocolError):
+                raise IncompatibleBrokerError(
+                    f"{host}:{port} is not a groupwire broker: its answer to ApiVersions "
+                    f"is not the groupwire protocol ({conn.failure})") from exc
+            raise
+        except TimeoutError:
+            await conn.close()
+            raise TimeoutError(f"{host}:{port} did not answer ApiVersions in time") from None
         except BaseException:
             await conn.close()
             raise

@@ -8,7 +8,6 @@ A response with an unknown correlation id breaks the contract and closes the con
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from typing import TypeVar
 
@@ -23,6 +22,8 @@ R = TypeVar("R", bound=Response)
 
 _READ_CHUNK = 256 * 1024
 _MAX_ABANDONED = 4096
+CLOSE_TIMEOUT_S = 1.0
+"""The longest ``close()`` waits for each of the reader task and the socket."""
 
 
 class Connection:
@@ -56,6 +57,12 @@ class Connection:
     def closed(self) -> bool:
         return self._closed_exc is not None
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the connection closed (None while open), e.g. a ProtocolError for a peer
+        that answered something other than groupwire frames."""
+        return self._closed_exc
+
     async def send(self, request: Request, *, timeout: float | None = None,
                    response_type: type[R] | None = None) -> R:
         """Send ``request`` and wait for its response (raises ConnectionClosedError)."""
@@ -69,10 +76,12 @@ class Connection:
         try:
             self._writer.write(frame(encode_request(cid, request, self.client_id)))
             await self._writer.drain()
-            if timeout is None:
-                response = await future
-            else:
-                response = await asyncio.wait_for(asyncio.shield(future), timeout)
+            # asyncio.wait neither cancels the future on timeout nor swallows a
+            # cancellation of the caller (the finally below records the abandoned id)
+            await asyncio.wait({future}, timeout=timeout)
+            if not future.done():
+                raise TimeoutError(f"no answer from {self.peer} within {timeout} s")
+            response = future.result()
         except (ConnectionError, OSError) as exc:
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
@@ -124,11 +133,19 @@ class Connection:
         self._pending.clear()
         self._writer.close()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Close and wait, at most ``timeout`` s per step, for the reader task and the
+        socket to end; a peer that stopped reading (a paused broker) cannot hold it up,
+        as the transport is aborted when the wait runs out."""
         self._fail(ConnectionClosedError("closed by client"))
-        await cancel_and_wait([self._read_task], None)
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        await cancel_and_wait([self._read_task], timeout)
+        closing = asyncio.ensure_future(self._writer.wait_closed())
+        done, _ = await asyncio.wait({closing}, timeout=timeout)
+        if not done:
+            self._writer.transport.abort()
+            await cancel_and_wait([closing], timeout)
+        elif not closing.cancelled():
+            closing.exception()  # read (a reset while closing is no news), never raised
 
     async def __aenter__(self) -> Connection:
         return self

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Any, TypeVar
 
+from groupwire.client.cluster import Cluster
 from groupwire.client.connection import Connection
 from groupwire.client.errors import ConnectionClosedError
 from groupwire.protocol.errors import ErrorCode
@@ -36,7 +37,9 @@ def backoff_ms(attempt: int, base_ms: int, max_ms: int = 1000) -> int:
 class CoordinatorLink:
     def __init__(self, bootstrap: list[tuple[str, int]], *, group_id: str | None,
                  client_id: str, request_timeout_ms: int, retry_backoff_ms: int) -> None:
-        self._bootstrap = bootstrap
+        self._cluster = Cluster([f"{h}:{p}" for h, p in bootstrap], client_id=client_id,
+                                request_timeout_ms=request_timeout_ms,
+                                retry_backoff_ms=retry_backoff_ms)
         self._group_id = group_id
         self._client_id = client_id
         self._timeout = request_timeout_ms / 1000
@@ -65,6 +68,7 @@ class CoordinatorLink:
     async def close(self) -> None:
         self.closed = True
         await self.drop()
+        await self._cluster.close()
 
     async def send(self, request: Request, *, timeout: float | None = None,
                    retry: bool = True, response_type: type[R] | None = None) -> Any:
@@ -86,44 +90,49 @@ class CoordinatorLink:
                 await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
 
     async def _open(self) -> Connection:
+        """A checked connection to the group's coordinator (to the bootstrap broker without
+        a group). Unreachable or non-groupwire bootstrap addresses raise as the shared
+        :class:`Cluster` decides (at once before the first connection); a coordinator not
+        known yet is asked again with backoff until the request timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         attempt = 0
         while True:
-            for host, port in self._bootstrap:
-                conn = await self._open_one(host, port)
-                if conn is not None:
-                    return conn
+            conn = await self._cluster.new_connection(deadline)
+            if self._group_id is None:
+                return conn
+            found = await self._coordinator_of(conn)
+            if found is not None:
+                return found
             attempt += 1
             if loop.time() >= deadline or self.closed:
-                raise ConnectionClosedError(f"cannot reach any of {self._bootstrap}")
+                raise ConnectionClosedError(
+                    f"no coordinator for group {self._group_id!r} within "
+                    f"{int(self._timeout * 1000)} ms")
             await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
 
-    async def _open_one(self, host: str, port: int) -> Connection | None:
+    async def _coordinator_of(self, conn: Connection) -> Connection | None:
+        """Ask ``conn`` for the coordinator; a connection to it (``conn`` itself when the
+        bootstrap broker is the coordinator), or None when that failed for now."""
         try:
-            conn = await Connection.open(host, port, client_id=self._client_id,
-                                         connect_timeout=self._timeout)
-        except (OSError, TimeoutError) as exc:
-            log.debug("connect to %s:%s failed: %s", host, port, exc)
-            return None
-        if self._group_id is None:
-            return conn
-        try:
-            found = await conn.send(FindCoordinatorRequest(key=self._group_id),
+            found = await conn.send(FindCoordinatorRequest(key=self._group_id or ""),
                                     timeout=self._timeout, response_type=FindCoordinatorResponse)
-        except (ConnectionError, TimeoutError):
+        except (ConnectionError, TimeoutError) as exc:
+            log.debug("FindCoordinator on %s failed: %s", conn.peer, exc)
             await conn.close()
             return None
         if found.error_code != ErrorCode.NONE:
             await conn.close()
             return None
-        if found.port == port:  # the bootstrap broker is the coordinator (single node)
-            self.coordinator = (host, port)
+        here = self._cluster.connected_to
+        if here is not None and found.port == here[1]:  # the bootstrap broker coordinates
+            self.coordinator = here
             return conn
         await conn.close()
         self.coordinator = (found.host, found.port)
         try:
             return await Connection.open(found.host, found.port, client_id=self._client_id,
                                          connect_timeout=self._timeout)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError) as exc:
+            log.debug("connect to coordinator %s:%s failed: %s", found.host, found.port, exc)
             return None

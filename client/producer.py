@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from groupwire.client.accumulator import Accumulator, Batch, record_size
 from groupwire.client.cluster import Cluster, backoff_s
@@ -44,6 +44,9 @@ Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
 
 _FRAME_HEADROOM = 65536
+
+UNKNOWN_TOPIC_ATTEMPTS: Final = 3
+"""Metadata requests answered UNKNOWN_TOPIC_OR_PARTITION before ``send`` gives up."""
 
 _Batch = Batch["asyncio.Future[RecordMetadata]"]
 
@@ -111,13 +114,21 @@ class Producer:
         self._started = True
 
     async def close(self) -> None:
-        """Flush what was sent, stop the sender, close the connection. Idempotent."""
+        """Flush what was sent, stop the sender, close the connection. Idempotent.
+
+        The flush is bounded by ``request_timeout_ms``: records still unsettled then (a
+        broker gone or paused) fail with ClientClosedError rather than holding close up.
+        """
         if self._closed:
             return
         self._closing = True
         try:
             if self._started:
-                await self.flush()
+                flushing = asyncio.ensure_future(self.flush())
+                try:
+                    await asyncio.wait({flushing}, timeout=self.request_timeout_ms / 1000)
+                finally:
+                    await cancel_and_wait([flushing], self.request_timeout_ms / 1000)
         finally:
             self._closed = True
             if self._sender is not None:
@@ -253,10 +264,15 @@ class Producer:
                 self._partitions_at[topic] = loop.time()
                 return count
             code = md.errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            err = error_for(code, f"topic {topic!r}")
+            unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            err = error_for(code, f"topic {topic!r} does not exist" if unknown
+                            else f"topic {topic!r}")
             delay = backoff_s(attempt, self._cluster.retry_backoff_ms,
                               self._cluster.retry_backoff_max_ms)
-            if not err.retriable or loop.time() + delay >= deadline:
+            # an unknown topic is asked about a few times (it may be being created), not
+            # for the whole request timeout
+            if (not err.retriable or loop.time() + delay >= deadline
+                    or (unknown and attempt + 1 >= UNKNOWN_TOPIC_ATTEMPTS)):
                 raise err
             attempt += 1
             await asyncio.sleep(delay)

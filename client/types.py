@@ -7,8 +7,17 @@ from typing import NamedTuple
 
 
 class TopicPartition(NamedTuple):
+    """One partition of a topic; prints as ``orders[3]`` (listener callbacks print sets
+    of these, where the long ``TopicPartition(topic=..., partition=...)`` drowns them)."""
+
     topic: str
     partition: int
+
+    def __repr__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    def __str__(self) -> str:  # an assignment would make a NamedTuple field of it
+        return f"{self.topic}[{self.partition}]"
 
 
 @dataclass(slots=True)

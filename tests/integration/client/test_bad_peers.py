@@ -1,0 +1,105 @@
+"""What the SDK says when the bootstrap address is no groupwire broker: a clear error naming
+the address, raised at once, never a codec traceback or a wait for the request timeout.
+
+Each test bounds its wait with ``asyncio.wait_for(..., 2)`` while the clients get a
+request timeout of 30 s, so the old behaviour (retrying until the request timeout) fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from groupwire.client.admin import Admin
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import BrokerNotAvailableError, IncompatibleBrokerError
+from groupwire.client.producer import Producer
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+LONG_MS = 30000
+BOUND_S = 2
+
+CLIENTS: dict[str, Callable[[str], Any]] = {
+    "admin": lambda b: Admin(b, request_timeout_ms=LONG_MS),
+    "producer": lambda b: Producer(b, request_timeout_ms=LONG_MS),
+    "consumer": lambda b: Consumer(b, group_id="g", request_timeout_ms=LONG_MS),
+}
+
+
+def refused_address() -> str:
+    """A local port nothing listens on (bound, never listened: connecting is refused)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"127.0.0.1:{port}"
+
+
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def _http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(100)
+    writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+async def _garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read(100)
+    writer.write(b"\x00\x00\x00\x05hello")  # a well-framed payload that is no msgpack
+    await writer.drain()
+    await reader.read(100)  # hold the connection open: the client must not wait on it
+
+
+async def _close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
+async def start(client: Any) -> None:
+    try:
+        await asyncio.wait_for(client.start(), BOUND_S)
+    finally:
+        await asyncio.wait_for(client.close(), BOUND_S)
+
+
+@pytest.mark.parametrize("kind", sorted(CLIENTS))
+async def test_connection_refused_fails_at_once_naming_the_address(kind: str) -> None:
+    address = refused_address()
+    with pytest.raises(BrokerNotAvailableError) as info:
+        await start(CLIENTS[kind](address))
+    assert str(info.value) == f"no broker reachable at {address}: connection refused"
+
+
+async def test_every_refused_bootstrap_address_is_named() -> None:
+    a, b = refused_address(), refused_address()
+    with pytest.raises(BrokerNotAvailableError, match=f"at {a}, {b}: connection refused$"):
+        await start(Admin(f"{a},{b}", request_timeout_ms=LONG_MS))
+
+
+@pytest.mark.parametrize("kind", sorted(CLIENTS))
+@pytest.mark.parametrize("handler", [_http, _garbage], ids=["http", "garbage"])
+async def test_a_peer_speaking_another_protocol_is_incompatible(kind: str,
+                                                                handler: Handler) -> None:
+    async for address in serve(handler):
+        with pytest.raises(IncompatibleBrokerError,
+                           match=f"^{address} is not a groupwire broker"):
+            await start(CLIENTS[kind](address))
+
+
+@pytest.mark.parametrize("kind", sorted(CLIENTS))
+async def test_a_peer_that_closes_at_once_is_given_up_on(kind: str) -> None:
+    async for address in serve(_close_at_once):
+        with pytest.raises(BrokerNotAvailableError,
+                           match=f"at {address}: connection closed before the broker "
+                           r"answered \(is it a groupwire broker\?\)"):
+            await start(CLIENTS[kind](address))
