@@ -1,4 +1,8 @@
-"""The flags that subcommands talking to a broker share, and the parsing of their values."""
+"""The flags that subcommands talking to a broker share, and the parsing of their values.
+
+Numbers are checked where argparse parses them (:func:`positive_int`,
+:func:`non_negative_int`), so a bad one is a usage error (exit 2) before anything runs.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,34 @@ from groupwire.client.types import parse_bootstrap
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer of at least 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: an integer of at least 0."""
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def add_connection_flags(p: argparse.ArgumentParser) -> None:
     """``--bootstrap``, ``--timeout-ms`` and ``--json``, as every SDK subcommand takes them."""
     p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP,
                    help=f"broker addresses HOST:PORT[,HOST:PORT] (default {DEFAULT_BOOTSTRAP})")
-    p.add_argument("--timeout-ms", type=int, default=10000,
+    p.add_argument("--timeout-ms", type=positive_int, default=10000,
                    help="give up on the broker after this long (default 10000)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from groupwire.cli.arguments import add_connection_flags
-from groupwire.cli.errors import EXIT_FAILURE
-from groupwire.cli.output import emit_json, table
+from groupwire.cli.arguments import add_connection_flags, non_negative_int
+from groupwire.cli.errors import EXIT_FAILURE, CliError
+from groupwire.cli.output import emit_json, iso_ms, table
 from groupwire.cli.running import run_with_admin
 from groupwire.client.admin import Admin, GroupDescription, ResetTo
 from groupwire.client.types import TopicPartition
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=list_groups)
     p = actions.add_parser("describe", help="members, assignments and rebalance history")
     p.add_argument("groups", nargs="+", metavar="GROUP", help="group ids")
-    p.add_argument("--history", type=int, default=5,
+    p.add_argument("--history", type=non_negative_int, default=5,
                    help="show the last N rebalances (default 5, 0 for none)")
     add_connection_flags(p)
     p.set_defaults(func=describe)
@@ -34,19 +34,26 @@ def register(subparsers: Any) -> None:
     p.add_argument("group", metavar="GROUP", help="group id")
     add_connection_flags(p)
     p.set_defaults(func=lag)
-    p = actions.add_parser("reset-offsets",
-                           help="commit new positions for a group with no members (Empty)")
+    p = actions.add_parser(
+        "reset-offsets", help="plan (or --execute) new positions for a group with no members",
+        description="Print the plan (partition, current offset, new offset) and commit "
+                    "nothing, unless --execute is given. The group must have no members "
+                    "(Empty), and must exist unless --allow-new-group is given.")
     p.add_argument("group", metavar="GROUP", help="group id")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-earliest", action="store_true", help="the first offset kept")
     where.add_argument("--to-latest", action="store_true", help="the log end")
-    where.add_argument("--to-offset", type=int, metavar="N",
+    where.add_argument("--to-offset", type=non_negative_int, metavar="N",
                        help="offset N (clamped to the log)")
-    where.add_argument("--to-timestamp", type=int, metavar="MS",
+    where.add_argument("--to-timestamp", type=non_negative_int, metavar="MS",
                        help="first record at or after MS (epoch milliseconds)")
     p.add_argument("--topic", action="append", metavar="TOPIC",
                    help="every partition of TOPIC (repeatable; default: the group's "
                         "committed partitions)")
+    p.add_argument("--execute", action="store_true",
+                   help="commit the new offsets (default: a dry run that only prints them)")
+    p.add_argument("--allow-new-group", action="store_true",
+                   help="reset a group that does not exist yet, creating it (needs --topic)")
     add_connection_flags(p)
     p.set_defaults(func=reset_offsets)
     p = actions.add_parser("delete", help="delete groups with no members")
@@ -72,6 +79,7 @@ def list_groups(args: argparse.Namespace) -> int:
 def describe(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
         groups = await admin.describe_groups(args.groups)
+        _refuse_missing([g for g in groups if _missing(g)])
         if args.json:
             emit_json([_description_json(g, args.history) for g in groups])
             return 0
@@ -83,15 +91,28 @@ def describe(args: argparse.Namespace) -> int:
                     m.group_instance_id, m.client_id, m.client_host,
                     _fmt_assignment(m.assignment), m.poll_age_ms) for m in g.members])
             if args.history > 0 and g.rebalances:
-                table("rebalances", ["generation", "reason", "started ms", "duration ms",
+                table("rebalances", ["generation", "reason", "started (UTC)", "duration ms",
                                      "moved", "trigger"],
                       [(r.generation_id, r.reason + (f" ({r.detail})" if r.detail else ""),
-                        r.started_ms, r.duration_ms,
+                        iso_ms(r.started_ms), r.duration_ms,
                         " ".join(f"{t}{list(ps)}" for t, ps in r.moved_partitions) or None,
                         r.trigger_member_id) for r in g.rebalances[-args.history:]])
         return 0
 
     return run_with_admin(args, body)
+
+
+def _missing(g: GroupDescription) -> bool:
+    """The broker describes a group it does not know as Dead with no members (Kafka)."""
+    return g.state == "Dead" and not g.members
+
+
+def _refuse_missing(missing: list[GroupDescription]) -> None:
+    if len(missing) == 1:
+        raise CliError(f"group {missing[0].group_id!r} does not exist")
+    if missing:
+        names = ", ".join(repr(g.group_id) for g in missing)
+        raise CliError(f"groups {names} do not exist")
 
 
 def _description_json(g: GroupDescription, history: int) -> dict[str, object]:
@@ -126,6 +147,7 @@ def _fmt_assignment(tps: list[TopicPartition] | None) -> str:
 
 def lag(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
+        _refuse_missing([g for g in await admin.describe_groups(args.group) if _missing(g)])
         lags = await admin.group_lag(args.group)
         if args.json:
             emit_json([{"topic": tp.topic, "partition": tp.partition, "committed": v.committed,
@@ -151,14 +173,35 @@ def reset_offsets(args: argparse.Namespace) -> int:
         to = args.to_offset
 
     async def body(admin: Admin) -> int:
-        result = await admin.reset_group_offsets(
-            args.group, to=to, timestamp_ms=args.to_timestamp, topics=args.topic or None)
+        (desc,) = await admin.describe_groups(args.group)
+        if _missing(desc) and not args.allow_new_group:
+            raise CliError(f"group {args.group!r} does not exist (check the name; "
+                           "--allow-new-group resets it anyway, creating it)")
+        if _missing(desc) and not args.topic:
+            raise CliError(f"group {args.group!r} does not exist and commits nothing: "
+                           "name the partitions to reset with --topic")
+        planned = await admin.reset_group_offsets(
+            args.group, to=to, timestamp_ms=args.to_timestamp, topics=args.topic or None,
+            commit=False)
+        current = await admin.list_consumer_group_offsets(args.group, planned)
+        if args.execute:
+            done = await admin.reset_group_offsets(
+                args.group, to=to, timestamp_ms=args.to_timestamp,
+                topics=args.topic or None)
+            planned = done
         if args.json:
-            emit_json([{"topic": tp.topic, "partition": tp.partition, "offset": off}
-                       for tp, off in result.items()])
-        else:
-            table(f"group {args.group}: offsets reset", ["topic", "partition", "offset"],
-                  [(tp.topic, tp.partition, off) for tp, off in result.items()])
+            emit_json({"group": args.group, "executed": args.execute, "offsets": [
+                {"topic": tp.topic, "partition": tp.partition,
+                 "current": current[tp].offset if tp in current else None, "new": off}
+                for tp, off in planned.items()]})
+            return 0
+        what = "offsets reset" if args.execute else "planned reset (dry run: nothing committed)"
+        table(f"group {args.group}: {what}", ["topic", "partition", "current", "new"],
+              [(tp.topic, tp.partition, current[tp].offset if tp in current else None, off)
+               for tp, off in planned.items()])
+        if not args.execute:
+            print("dry run: run again with --execute to commit these offsets",
+                  file=sys.stderr)
         return 0
 
     return run_with_admin(args, body)

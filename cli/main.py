@@ -8,8 +8,10 @@ exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from groupwire.broker.config import SettingsError
 from groupwire.cli import broker, demo, groups, health, records, report, topics
@@ -17,8 +19,16 @@ from groupwire.cli.chaos import command as chaos
 from groupwire.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag reported in one line (the usage is one ``--help`` away);
+    subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="groupwire",
         description="A consumer-group broker with Kafka's group semantics, in Python.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -48,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `groupwire consume ... | head`: the reader is gone, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
     return code
 
 

@@ -1,9 +1,12 @@
-"""What the SDK subcommands print: a rich table for people, one JSON line for scripts."""
+"""What the SDK subcommands print: a rich table for people on a terminal, plain
+tab-separated lines when piped (stable, never wrapped), one JSON document for scripts."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
@@ -13,11 +16,40 @@ def emit_json(data: object) -> None:
     print(json.dumps(data, indent=None, sort_keys=False))
 
 
+def to_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print ``rows`` under ``title``; ``None`` cells show as ``-``."""
+    """Print ``rows`` under ``title``; ``None`` cells show as ``-``.
+
+    On a terminal, a rich table; piped, the title on its own line, then the header and
+    one line per row with tab-separated cells, however long.
+    """
+    cells = [["-" if v is None else str(v) for v in row] for row in rows]
+    if not to_terminal():
+        print(title)
+        print("\t".join(columns))
+        for row in cells:
+            print("\t".join(row))
+        return
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*("-" if v is None else str(v) for v in row))
+    for row in cells:
+        t.add_row(*row)
     Console(soft_wrap=False).print(t)
+
+
+def note(text: str) -> None:
+    """A progress note for a person waiting at a terminal (stderr; nothing when piped)."""
+    if sys.stderr.isatty():
+        print(text, file=sys.stderr, flush=True)
+
+
+def iso_ms(epoch_ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO-8601 UTC to the millisecond (None and negatives: None)."""
+    if epoch_ms is None or epoch_ms < 0:
+        return None
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds"
+                                                                  ).replace("+00:00", "Z")

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
+import io
+import os
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from groupwire.cli.arguments import add_connection_flags
-from groupwire.cli.output import emit_json, table
-from groupwire.cli.running import CLIENT_ID, run_sdk
+from groupwire.cli.arguments import add_connection_flags, non_negative_int, positive_int
+from groupwire.cli.errors import CliError
+from groupwire.cli.output import emit_json, note, table
+from groupwire.cli.running import CLIENT_ID, Stop, run_sdk
 from groupwire.client.admin import Admin
 from groupwire.client.consumer import Consumer
 from groupwire.client.producer import Producer
 from groupwire.client.types import Record, RecordMetadata, TopicPartition
 
 POLL_MS = 200
+READ_BYTES = 65536
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +38,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--key", help="key for every record (default: none, spread by batch)")
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line into KEY SEP VALUE (overrides --key)")
-    p.add_argument("--partition", type=int,
+    p.add_argument("--partition", type=non_negative_int,
                    help="partition to write to (default: by key, else sticky per batch)")
     add_connection_flags(p)
     p.set_defaults(func=produce)
@@ -44,8 +50,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset when nothing is committed "
                    "(default: only new records)")
-    p.add_argument("--max-messages", type=int, help="stop after this many records")
-    p.add_argument("--idle-timeout-ms", type=int,
+    p.add_argument("--max-messages", type=positive_int, help="stop after this many records")
+    p.add_argument("--idle-timeout-ms", type=positive_int,
                    help="stop when nothing arrives for this long (default: run until Ctrl-C)")
     p.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
     add_connection_flags(p)
@@ -56,28 +62,67 @@ def register(subparsers: Any) -> None:
 
 
 def produce(args: argparse.Namespace) -> int:
-    async def main() -> int:
+    """Send records until stdin ends or a signal stops it; a summary of what landed."""
+
+    async def main(stop: Stop) -> int:
         async with Producer(args.bootstrap, client_id=CLIENT_ID,
                             request_timeout_ms=args.timeout_ms) as producer:
+            partitions = await producer.partitions_for(args.topic)  # an unknown topic: now
+            if args.partition is not None and args.partition not in partitions:
+                raise CliError(f"--partition {args.partition}: topic {args.topic!r} has "
+                               f"partitions 0-{len(partitions) - 1}")
             futures = []
-            async for line in _lines(args):
+            async for line in _lines(args, stop):
                 key, value = _split(args, line)
                 futures.append(await producer.send(
                     args.topic, value.encode(), key=None if key is None else key.encode(),
                     partition=args.partition))
-            metas = [await f for f in futures]
+            metas = [await f for f in futures]  # what was sent before a stop lands too
         _show_produced(args, metas)
         return 0
 
-    return run_sdk(main)
+    return run_sdk(main, graceful=True)
 
 
-async def _lines(args: argparse.Namespace) -> AsyncIterator[str]:
+async def _lines(args: argparse.Namespace, stop: Stop) -> AsyncIterator[str]:
+    """``--value``, or stdin's lines until its end or a stop (Ctrl-C need not wait for a
+    line: the blocking reads happen in a daemon thread that is left behind)."""
     if args.value is not None:
         yield args.value
         return
-    while line := await asyncio.to_thread(sys.stdin.readline):  # interactive: no stall
-        yield line.rstrip("\r\n")
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # an in-memory stdin
+        for line in sys.stdin:
+            yield line.rstrip("\r\n")
+        return
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def read() -> None:
+        try:
+            for line in _read_lines(fd):
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=read, name="groupwire-stdin", daemon=True).start()
+    while (line := await stop.until(queue.get())) is not None:
+        yield line
+
+
+def _read_lines(fd: int) -> Iterator[str]:
+    # os.read, not sys.stdin: a daemon thread blocked in it holds no lock that the
+    # interpreter needs at exit
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while chunk := os.read(fd, READ_BYTES):
+        pending += decoder.decode(chunk)
+        *lines, pending = pending.split("\n")
+        yield from (line.rstrip("\r") for line in lines)
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending.rstrip("\r")
 
 
 def _split(args: argparse.Namespace, line: str) -> tuple[str | None, str]:
@@ -107,41 +152,53 @@ def _show_produced(args: argparse.Namespace, metas: list[RecordMetadata]) -> Non
 
 
 def consume(args: argparse.Namespace) -> int:
-    """Print records as they arrive; in a group with --group (committing as it goes)."""
+    """Print records as they arrive; in a group with --group (committing as it goes).
 
-    async def main() -> int:
+    Ends after ``--max-messages``, ``--idle-timeout-ms`` of quiet, or SIGINT/SIGTERM; each
+    way it leaves the group (committing what it printed) and says how many it printed.
+    """
+
+    async def main(stop: Stop) -> int:
+        async with Admin(args.bootstrap, client_id=CLIENT_ID,
+                         request_timeout_ms=args.timeout_ms) as admin:
+            count = (await admin.list_topics(include_internal=True)).get(args.topic)
+        if not count:
+            raise CliError(f"unknown topic {args.topic!r} (create it with "
+                           "`groupwire topics create`)")
         consumer = Consumer(
             args.bootstrap, group_id=args.group, client_id=CLIENT_ID,
             auto_offset_reset="earliest" if args.from_beginning else "latest",
             request_timeout_ms=args.timeout_ms)
-        async with consumer:
-            if args.group is None:
-                await _assign_every_partition(args, consumer)
-            else:
-                consumer.subscribe([args.topic])
-            await _print_records(args, consumer)
+        shown = 0
+        try:
+            async with consumer:
+                if args.group is None:
+                    consumer.assign([TopicPartition(args.topic, p) for p in range(count)])
+                    if args.from_beginning:
+                        await consumer.seek_to_beginning()
+                else:
+                    consumer.subscribe([args.topic])
+                    note(f"joining group {args.group!r} (the first assignment can take the "
+                         "broker's initial rebalance delay, a few seconds)")
+                async for r in _records(args, consumer, stop):
+                    shown += 1
+                    _print_record(args, r)
+        finally:
+            print(f"consumed {shown} record(s) from {args.topic}", file=sys.stderr)
         return 0
 
-    return run_sdk(main)
+    return run_sdk(main, graceful=True)
 
 
-async def _assign_every_partition(args: argparse.Namespace, consumer: Consumer) -> None:
-    async with Admin(args.bootstrap, client_id=CLIENT_ID,
-                     request_timeout_ms=args.timeout_ms) as admin:
-        count = (await admin.list_topics()).get(args.topic)
-    if not count:
-        raise ValueError(f"unknown topic {args.topic!r}")
-    consumer.assign([TopicPartition(args.topic, p) for p in range(count)])
-    if args.from_beginning:
-        await consumer.seek_to_beginning()
-
-
-async def _print_records(args: argparse.Namespace, consumer: Consumer) -> None:
-    """Until ``--max-messages`` were shown or nothing came for ``--idle-timeout-ms``."""
+async def _records(args: argparse.Namespace, consumer: Consumer,
+                   stop: Stop) -> AsyncIterator[Record]:
+    """Until ``--max-messages``, ``--idle-timeout-ms`` of nothing, or a stop. Never fetches
+    past ``--max-messages``: the group commits its position, which must be what was shown."""
     shown = 0
     idle_ms = 0
-    while args.max_messages is None or shown < args.max_messages:
-        batches = await consumer.getmany(timeout_ms=POLL_MS)
+    while not stop.requested and (args.max_messages is None or shown < args.max_messages):
+        left = None if args.max_messages is None else args.max_messages - shown
+        batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=left)
         records = [r for rs in batches.values() for r in rs]
         if not records:
             idle_ms += POLL_MS
@@ -149,11 +206,9 @@ async def _print_records(args: argparse.Namespace, consumer: Consumer) -> None:
                 return
             continue
         idle_ms = 0
-        for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-            if args.max_messages is not None and shown >= args.max_messages:
-                break
+        for r in sorted(records, key=lambda r: (r.partition, r.offset))[:left]:
             shown += 1
-            _print_record(args, r)
+            yield r
         sys.stdout.flush()
 
 

@@ -13,8 +13,10 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,13 @@ from rich.console import Console
 from groupwire.cli.arguments import parse_address
 from groupwire.cli.errors import CliError
 from groupwire.cli.health import check_health
+from groupwire.cli.output import emit_json
 from groupwire.cli.running import run_loop
 from groupwire.pipeline.report.options import ReportError, add_arguments, parse_since
 
 SPARK_LOG = "spark.log"
+CHILD_EXIT_S = 10.0
+"""How long a stopped job gets to exit after SIGTERM before it is killed."""
 SUMMARY_PREFIX = "report-summary: "
 STEP_PREFIX = "report: "
 
@@ -78,21 +83,49 @@ def last_error(log: Path) -> str:
 
 def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
             ) -> tuple[int, dict[str, Any] | None]:
-    """Run the job, calling ``on_step`` per progress line; its exit code and summary."""
+    """Run the job, calling ``on_step`` per progress line; its exit code and summary.
+
+    SIGTERM ends this process as Ctrl-C does (KeyboardInterrupt), and either way the job
+    is stopped before this returns: it never outlives the command.
+    """
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] | None = None
-    with (out / SPARK_LOG).open("wb") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                env=job_env())
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            if line.startswith(SUMMARY_PREFIX):
-                summary = json.loads(line[len(SUMMARY_PREFIX):])
-            elif line.startswith(STEP_PREFIX):
-                on_step(line[len(STEP_PREFIX):])
-        code = proc.wait()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
+    try:
+        with (out / SPARK_LOG).open("wb") as log:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                    env=job_env())
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    if line.startswith(SUMMARY_PREFIX):
+                        summary = json.loads(line[len(SUMMARY_PREFIX):])
+                    elif line.startswith(STEP_PREFIX):
+                        on_step(line[len(STEP_PREFIX):])
+                code = proc.wait()
+            finally:
+                _stop(proc)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return code, summary
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(CHILD_EXIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -120,6 +153,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if code != 0 or summary is None:
         raise CliError(f"the Spark job failed (exit {code}): {last_error(out / SPARK_LOG)}; "
                        f"full log in {out / SPARK_LOG}")
+    if args.json:
+        emit_json({**summary, "out": str(out)})
+        return 0
     print(f"{summary['rebalances']} rebalances ({summary['rebalances_running']} still "
           f"running), {summary['member_ids']} member ids, {summary['partitions']} partitions "
           f"({summary['unowned_ms']} ms without owner in all)")
@@ -138,4 +174,6 @@ def register(subparsers: Any) -> None:
                     "On a cluster, spark-submit the module groupwire.pipeline.report "
                     "instead.")
     add_arguments(p, default_master="local[*]")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON document (progress stays on stderr)")
     p.set_defaults(func=_cmd_report)

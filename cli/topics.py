@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from groupwire.cli.arguments import add_connection_flags
+from groupwire.cli.arguments import add_connection_flags, positive_int
 from groupwire.cli.output import emit_json, table
 from groupwire.cli.running import run_with_admin
 from groupwire.client.admin import Admin, TopicSpec
@@ -19,9 +19,9 @@ def register(subparsers: Any) -> None:
     actions.required = True
     p = actions.add_parser("create", help="create topics")
     p.add_argument("names", nargs="+", metavar="TOPIC", help="topic names to create")
-    p.add_argument("--partitions", type=int, default=-1,
+    p.add_argument("--partitions", type=positive_int, default=-1,
                    help="partitions per topic (default: the broker's --num-partitions)")
-    p.add_argument("--replication-factor", type=int, default=1,
+    p.add_argument("--replication-factor", type=positive_int, default=1,
                    help="replicas per partition; only 1 is supported (default 1)")
     p.add_argument("--if-not-exists", action="store_true",
                    help="do not fail when a topic already exists")
@@ -41,10 +41,14 @@ def create(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
         specs = [TopicSpec(n, args.partitions, args.replication_factor) for n in args.names]
         created = await admin.create_topics(specs, exist_ok=args.if_not_exists)
+        existing = [n for n in dict.fromkeys(args.names) if n not in created]
         if args.json:
-            emit_json({"created": created})
-        else:
+            emit_json({"created": created, "existing": existing})
+            return 0
+        if created:
             table("created topics", ["topic", "partitions"], sorted(created.items()))
+        for name in existing:  # only with --if-not-exists: otherwise creating them failed
+            print(f"topic {name!r} already exists")
         return 0
 
     return run_with_admin(args, body)

@@ -295,13 +295,13 @@ class Admin:
     async def reset_group_offsets(self, group_id: str, *, to: ResetTo | None = None,
                                   timestamp_ms: int | None = None,
                                   topics: Sequence[str] | None = None,
-                                  ) -> dict[TopicPartition, int]:
+                                  commit: bool = True) -> dict[TopicPartition, int]:
         """Commit new positions for an inactive (Empty or unknown) group.
 
         ``to``: ``"earliest"``, ``"latest"`` or an offset (clamped to the log, as Kafka);
         or ``timestamp_ms``: the first offset at or after it (the end if none). Covers
         every partition of ``topics``, or else every partition the group has committed.
-        Returns the committed offsets.
+        Returns the new offsets; ``commit=False`` only plans them (a dry run).
         """
         if (to is None) == (timestamp_ms is None):
             raise ValueError("give exactly one of to= or timestamp_ms=")
@@ -327,7 +327,8 @@ class Admin:
         else:
             assert isinstance(to, int)
             targets = {tp: min(max(to, earliest[tp]), latest[tp]) for tp in tps}
-        await self._commit(group_id, targets)
+        if commit:
+            await self._commit(group_id, targets)
         return dict(sorted(targets.items()))
 
     async def _reset_scope(self, group_id: str, topics: Sequence[str] | None,

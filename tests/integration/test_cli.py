@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,102 @@ async def test_health_reports_a_live_broker_and_a_dead_port(broker) -> None:  # 
     dead = await asyncio.to_thread(_groupwire, "health", "--bootstrap", f"127.0.0.1:{port}",
                                    "--timeout-ms", "1000")
     assert dead.returncode == 1 and dead.stderr.startswith("unhealthy")
+
+
+# --- the SDK commands as a user meets them: signals and piped output -----------------------
+
+SIGNAL_EXIT_S = 20  # a bound for a hang, not a timing claim
+
+
+@pytest.fixture
+async def admin(broker):  # type: ignore[no-untyped-def]
+    from groupwire.client.admin import Admin
+
+    async with Admin(f"127.0.0.1:{broker.port}", request_timeout_ms=5000) as a:
+        yield a
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "groupwire", *args], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Poll the broker's state (the subprocess gives no other event) for a bounded time."""
+    import asyncio
+
+    for _ in range(400):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never saw {what}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_signal_ends_produce_on_an_open_stdin_with_its_summary(  # type: ignore[no-untyped-def]
+        broker, admin, sig: signal.Signals) -> None:
+    import asyncio
+
+    from groupwire.client.types import TopicPartition
+
+    await admin.create_topics("typed", 1)
+    proc = _spawn("produce", "--topic", "typed", "--bootstrap", f"127.0.0.1:{broker.port}")
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("first line\n")
+        proc.stdin.flush()  # and stdin stays open, as at a terminal
+
+        async def landed() -> bool:
+            ends = await admin.list_offsets({TopicPartition("typed", 0): -1})
+            return ends[TopicPartition("typed", 0)] == 1
+
+        await _until(landed, "the first line produced")
+        proc.send_signal(sig)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=SIGNAL_EXIT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert "produced 1 record(s) to typed" in out and "Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_signal_ends_consume_leaving_its_group(  # type: ignore[no-untyped-def]
+        broker, admin, sig: signal.Signals) -> None:
+    import asyncio
+
+    await admin.create_topics("feed", 2)
+    proc = _spawn("consume", "--topic", "feed", "--group", "watchers",
+                  "--bootstrap", f"127.0.0.1:{broker.port}")
+    try:
+        async def joined() -> bool:
+            (g,) = await admin.describe_groups("watchers")
+            return g.state == "Stable" and len(g.members) == 1
+
+        await _until(joined, "the consumer in its group")
+        proc.send_signal(sig)
+        _, err = await asyncio.to_thread(proc.communicate, timeout=SIGNAL_EXIT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert "consumed 0 record(s) from feed" in err and "Traceback" not in err
+    (g,) = await admin.describe_groups("watchers")
+    assert g.state == "Empty" and g.members == []  # it left: no wait for a session timeout
+
+
+async def test_piped_output_is_plain_lines_that_never_wrap(  # type: ignore[no-untyped-def]
+        broker, admin) -> None:
+    import asyncio
+
+    long_name = "a-topic-whose-name-alone-is-longer-than-a-narrow-terminal-" + "x" * 40
+    await admin.create_topics(long_name, 2)
+    env = {"COLUMNS": "80"}
+    listed = await asyncio.to_thread(_groupwire, "topics", "list", "--bootstrap",
+                                     f"127.0.0.1:{broker.port}", env=env)
+    assert listed.returncode == 0
+    assert listed.stdout.splitlines() == ["topics", "topic\tpartitions\tinternal",
+                                          f"{long_name}\t2\t"]
+    produced = await asyncio.to_thread(_groupwire, "produce", "--topic", long_name, "--value",
+                                       "v", "--partition", "1", "--bootstrap",
+                                       f"127.0.0.1:{broker.port}", env=env)
+    assert f"produced 1 record(s) to {long_name}" in produced.stdout.splitlines()

@@ -13,6 +13,7 @@ import pytest
 
 from groupwire.broker.server import Broker
 from groupwire.cli.main import main
+from groupwire.cli.output import iso_ms
 from groupwire.client.admin import Admin
 from groupwire.client.connection import Connection
 from groupwire.client.types import TopicPartition
@@ -47,15 +48,20 @@ async def test_topics_create_list_describe(capsys: pytest.CaptureFixture[str],
                                           bootstrap: str) -> None:
     b = ("--bootstrap", bootstrap)
     assert await run_json(capsys, "topics", "create", "orders", "--partitions", "3", *b) == {
-        "created": {"orders": 3}}
+        "created": {"orders": 3}, "existing": []}
     code, _, err = await run(capsys, "topics", "create", "orders", *b)
     assert code == 1 and err.count("\n") == 1 and "TOPIC_ALREADY_EXISTS" in err
+    assert err.count("topic 'orders'") == 1, err  # said once, not "X: X already exists"
     code, out, _ = await run(capsys, "topics", "create", "orders", "--if-not-exists", *b)
-    assert code == 0
+    assert code == 0 and "topic 'orders' already exists" in out and "created" not in out
+    assert await run_json(capsys, "topics", "create", "orders", "more", "--if-not-exists",
+                          *b) == {"created": {"more": 1}, "existing": ["orders"]}
     assert await run_json(capsys, "topics", "list", *b) == [
+        {"name": "more", "partitions": 1, "internal": False},
         {"name": "orders", "partitions": 3, "internal": False}]
     listed = await run_json(capsys, "topics", "list", "--internal", *b)
-    assert {t["name"] for t in listed} == {"orders", "__consumer_offsets", "__group_events"}
+    assert {t["name"] for t in listed} == {"more", "orders", "__consumer_offsets",
+                                           "__group_events"}
     code, out, _ = await run(capsys, "topics", "list", *b)
     assert code == 0 and "orders" in out and "3" in out
     described = await run_json(capsys, "topics", "describe", "orders", *b)
@@ -105,6 +111,8 @@ async def test_groups_list_describe_lag_reset_delete(capsys: pytest.CaptureFixtu
         assert desc["rebalances"][-1]["reason"] == "member-joined"
         code, out, _ = await run(capsys, "groups", "describe", "crew", *b)
         assert code == 0 and "work[0,1]" in out and "member-joined" in out
+        started = desc["rebalances"][-1]["started_ms"]
+        assert str(started) not in out and iso_ms(started) in out  # a time, not epoch ms
         assert await run_json(capsys, "groups", "lag", "crew", *b) == [
             {"topic": "work", "partition": 0, "committed": 0, "end": 1, "lag": 1},
             {"topic": "work", "partition": 1, "committed": None, "end": 0, "lag": None}]
@@ -115,14 +123,45 @@ async def test_groups_list_describe_lag_reset_delete(capsys: pytest.CaptureFixtu
         assert (await m.leave()).error_code == 0
     finally:
         await conn.close()
+    plan = [{"topic": "work", "partition": 0, "current": 0, "new": 1},
+            {"topic": "work", "partition": 1, "current": None, "new": 0}]
     assert await run_json(capsys, "groups", "reset-offsets", "crew", "--to-latest",
-                          "--topic", "work", *b) == [
-        {"topic": "work", "partition": 0, "offset": 1},
-        {"topic": "work", "partition": 1, "offset": 0}]
+                          "--topic", "work", *b) == {
+        "group": "crew", "executed": False, "offsets": plan}
+    # a dry run by default: nothing was committed
+    assert (await admin.list_consumer_group_offsets("crew"))[TopicPartition("work", 0)
+                                                             ].offset == 0
+    code, out, _ = await run(capsys, "groups", "reset-offsets", "crew", "--to-latest",
+                             "--topic", "work", *b)
+    assert code == 0 and "dry run" in out and "work\t0\t0\t1" in out
+    assert await run_json(capsys, "groups", "reset-offsets", "crew", "--to-latest",
+                          "--topic", "work", "--execute", *b) == {
+        "group": "crew", "executed": True, "offsets": plan}
     assert (await admin.list_consumer_group_offsets("crew"))[TopicPartition("work", 0)
                                                              ].offset == 1
     assert await run_json(capsys, "groups", "delete", "crew", *b) == {"crew": None}
     assert await run_json(capsys, "groups", "list", *b) == []
+
+
+async def test_a_group_that_does_not_exist_is_said_so(capsys: pytest.CaptureFixture[str],
+                                                     bootstrap: str, admin: Admin) -> None:
+    await admin.create_topics("work", 1)
+    b = ("--bootstrap", bootstrap)
+    for argv in (["groups", "describe", "ghost"], ["groups", "lag", "ghost"],
+                 ["groups", "reset-offsets", "ghost", "--to-earliest", "--topic", "work"],
+                 ["groups", "describe", "ghost", "--json"]):
+        code, out, err = await run(capsys, *argv, *b)
+        assert code == 1 and err.count("\n") == 1, argv
+        assert "group 'ghost' does not exist" in err and "Dead" not in out, argv
+    assert (await admin.describe_groups("ghost"))[0].state == "Dead"  # nothing was created
+    code, _, err = await run(capsys, "groups", "reset-offsets", "ghost", "--to-earliest",
+                             "--allow-new-group", *b)
+    assert code == 1 and "--topic" in err
+    assert await run_json(capsys, "groups", "reset-offsets", "ghost", "--to-earliest",
+                          "--topic", "work", "--allow-new-group", "--execute", *b) == {
+        "group": "ghost", "executed": True,
+        "offsets": [{"topic": "work", "partition": 0, "current": None, "new": 0}]}
+    assert await admin.list_consumer_group_offsets("ghost") != {}
 
 
 async def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,5 +194,7 @@ async def test_consume_without_and_with_a_group(capsys: pytest.CaptureFixture[st
     by_partition = {row["partition"]: row for row in lag}
     assert (by_partition[0]["committed"], by_partition[0]["end"], by_partition[0]["lag"]) == (
         3, 3, 0)
-    code, _, err = await run(capsys, "consume", "--topic", "nope", "--max-messages", "1", *b)
-    assert code == 1 and "unknown topic" in err
+    for group in ([], ["--group", "g"]):  # with a group too: refused, not waited on
+        code, _, err = await run(capsys, "consume", "--topic", "nope", "--max-messages", "1",
+                                 *group, *b)
+        assert code == 1 and "unknown topic 'nope'" in err and err.count("\n") == 1

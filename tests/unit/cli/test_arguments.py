@@ -8,6 +8,7 @@ from groupwire.cli.arguments import parse_address
 from groupwire.cli.chaos.command import options_from
 from groupwire.cli.errors import CliError
 from groupwire.cli.main import build_parser
+from groupwire.cli.running import one_line
 
 
 @pytest.mark.parametrize(("text", "address"), [
@@ -43,3 +44,43 @@ def test_every_subcommand_is_registered() -> None:
                  ["report", "--out", "o"], ["health"]):
         args = parser.parse_args(argv)
         assert args.command == argv[0] and callable(args.func), argv
+
+
+@pytest.mark.parametrize("argv", [
+    ["topics", "create", "t", "--partitions", "-1"],
+    ["topics", "create", "t", "--partitions", "0"],
+    ["topics", "create", "t", "--replication-factor", "0"],
+    ["topics", "list", "--timeout-ms", "-1"],
+    ["consume", "--topic", "t", "--max-messages", "-1"],
+    ["consume", "--topic", "t", "--idle-timeout-ms", "-5"],
+    ["consume", "--topic", "t", "--timeout-ms", "0"],
+    ["produce", "--topic", "t", "--partition", "-1"],
+    ["groups", "describe", "g", "--history", "-1"],
+    ["groups", "reset-offsets", "g", "--to-offset", "-3"],
+    ["groups", "reset-offsets", "g", "--to-timestamp", "-1"],
+    ["groups", "lag", "g", "--timeout-ms", "soon"],
+])
+def test_bad_numbers_are_a_one_line_usage_error(argv: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: argument --" in err, err
+
+
+def test_good_numbers_pass() -> None:
+    args = build_parser().parse_args(["groups", "describe", "g", "--history", "0"])
+    assert args.history == 0
+    args = build_parser().parse_args(["consume", "--topic", "t", "--max-messages", "1"])
+    assert args.max_messages == 1
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("TOPIC_ALREADY_EXISTS: topic 'orders': topic 'orders' already exists",
+     "TOPIC_ALREADY_EXISTS: topic 'orders' already exists"),
+    ("UNKNOWN_TOPIC_OR_PARTITION: topic 'x'", "UNKNOWN_TOPIC_OR_PARTITION: topic 'x'"),
+    ("NON_EMPTY_GROUP: crew: group has members", "NON_EMPTY_GROUP: crew: group has members"),
+])
+def test_an_error_names_its_subject_once(text: str, said: str) -> None:
+    assert one_line(Exception(text)) == said
