@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -71,6 +73,10 @@ log = get_logger("groupwire.broker")
 EVENTS_TOPIC = "__group_events"
 
 
+class StartupError(Exception):
+    """The broker could not start (data dir, a port): one line that names the cause."""
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -111,6 +117,7 @@ class Broker:
         self._retention_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._closing = False
+        self._listening = False
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -119,11 +126,25 @@ class Broker:
         return self._port
 
     async def start(self) -> None:
-        """Recover storage and groups, then listen: never answers before it is loaded."""
+        """Recover storage and groups, then listen: never answers before it is loaded.
+
+        Raises :class:`StartupError` if the data dir or a port cannot be used; what was
+        opened by then is closed again.
+        """
+        try:
+            await self._start()
+        except StartupError:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         settings = self.settings
         t0 = time.perf_counter()
-        store = TopicStore(settings.data_dir, settings.storage_config(),
-                           file_ops=self._file_ops)
+        try:
+            store = TopicStore(settings.data_dir, settings.storage_config(),
+                               file_ops=self._file_ops)
+        except (StorageError, OSError) as exc:
+            raise StartupError(str(exc)) from exc
         self.store = store
         for report in store.recovery_reports():
             log.warning("log_recovered", **report)
@@ -146,11 +167,20 @@ class Broker:
         self._handlers = self._topic_handlers(self._topics)
         self.execute(coordinator.start(now))
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_connection, settings.host, settings.port, reuse_address=True,
-            backlog=1024)
+        try:
+            self._server = await loop.create_server(
+                self._new_connection, settings.host, settings.port, reuse_address=True,
+                backlog=1024)
+        except OSError as exc:
+            raise StartupError(_cannot_listen("--port", settings.host, settings.port,
+                                              exc)) from exc
         self._port = self._server.sockets[0].getsockname()[1]
-        self._start_metrics()
+        try:
+            self._start_metrics()
+        except OSError as exc:
+            raise StartupError(_cannot_listen("--metrics-port", settings.host,
+                                              settings.metrics_port, exc)) from exc
+        self._listening = True
         self._retention_task = loop.create_task(self._retention_loop())
         log.info("broker_started", host=settings.host, port=self._port,
                  metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
@@ -216,7 +246,8 @@ class Broker:
         if self._closing:
             return
         self._closing = True
-        log.info("broker_stopping")
+        if self._listening:  # a start that failed says why itself, once
+            log.info("broker_stopping")
         if self._server is not None:
             self._server.close()
         if self._retention_task is not None:
@@ -241,7 +272,8 @@ class Broker:
         if self.store is not None:
             self.store.close()
         self._stopped.set()
-        log.info("broker_stopped")
+        if self._listening:
+            log.info("broker_stopped")
 
     # --- connections --------------------------------------------------------------------
 
@@ -481,6 +513,14 @@ class Broker:
         for key in self._timers.pop_due(now):
             self.execute(coordinator.expire(key, now))
         self._wake_at(self._timers.next_deadline())
+
+
+def _cannot_listen(flag: str, host: str, port: int, exc: OSError) -> str:
+    """Name the port that failed and the flag that chose it (the client or metrics one)."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    if exc.errno == errno.EADDRINUSE:
+        reason = "address already in use (another process listens there)"
+    return f"cannot listen on {host}:{port} ({flag}): {reason}"
 
 
 def _not_started(conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> Renewal | None:

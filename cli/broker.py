@@ -9,7 +9,7 @@ from typing import Any
 
 from groupwire.broker import config
 from groupwire.broker.logs import configure_logging
-from groupwire.broker.server import Broker
+from groupwire.broker.server import Broker, StartupError
 from groupwire.cli.errors import CliError
 from groupwire.cli.running import run_loop
 
@@ -31,17 +31,15 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 
 async def run_broker(settings: config.BrokerSettings) -> None:
-    """Serve until SIGTERM or SIGINT; a port that cannot be bound is a CliError."""
+    """Serve until SIGTERM or SIGINT; a data dir or port that cannot be used is a CliError."""
     broker = Broker(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
     try:
         await broker.start()
-    except OSError as exc:
-        await broker.close()
-        raise CliError(f"cannot listen on {settings.host}:{settings.port}: "
-                       f"{exc.strerror or exc}") from exc
+    except StartupError as exc:
+        raise CliError(str(exc)) from exc
     try:
         await broker.serve_until_stopped()
     finally:

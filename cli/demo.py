@@ -4,6 +4,10 @@ It shows what the broker is for: the survivors take over the dead consumer's par
 after the reconnect grace (not the whole session timeout), every rebalance is explained as
 it happens (read live from ``__group_events``), and at the end every produced message was
 consumed. Consumers are separate processes so the kill is a real SIGKILL.
+
+The consumers run in sessions of their own, so a Ctrl-C meant for the demo does not reach
+them: the demo stops them itself (SIGTERM, then SIGKILL). Each also stops when its stdin,
+a pipe from the demo, closes: no consumer outlives the demo, however it ends.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,14 +31,18 @@ from rich.console import Console
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.logs import configure_logging
-from groupwire.broker.server import Broker
+from groupwire.broker.server import Broker, StartupError
+from groupwire.cli.arguments import parse_address, positive_int
+from groupwire.cli.errors import CliError
 from groupwire.cli.running import run_loop
 from groupwire.client.connection import Connection
 from groupwire.client.producer import Producer
 from groupwire.protocol.batches import decode_records
+from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
+    CreateTopicsResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -46,6 +55,8 @@ from groupwire.protocol.messages import (
 
 TOPIC = "demo-orders"
 GROUP = "demo-billing"
+STOP_TIMEOUT_S = 15.0
+"""How long a consumer may take to leave its group after SIGTERM before it is killed."""
 
 
 @dataclass
@@ -56,6 +67,24 @@ class DemoOptions:
     rate: int = 500
     data_dir: Path | None = None
     session_timeout_ms: int = 10000
+    bootstrap: str | None = None
+    """An existing broker to run against; None starts one of the demo's own."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where the scenario runs: the broker's address and the names it uses there."""
+
+    host: str
+    port: int
+    topic: str
+    group: str
+    grace_ms: int | None
+    """The broker's connection-loss grace, when the demo knows it (its own broker)."""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 @dataclass
@@ -66,7 +95,7 @@ class _Signals:
     progress: asyncio.Event = field(default_factory=asyncio.Event)
     killed_at: float | None = None
     session_timeout_ms: int = 0
-    grace_ms: int = 0
+    grace_ms: int | None = None
 
 
 @dataclass
@@ -78,52 +107,70 @@ class ConsumerProc:
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> int:
-    """Run the scenario on a broker of its own; 0 if every produced message was consumed."""
+    """Run the scenario on ``opts.bootstrap`` or on a broker of its own; 0 if every
+    produced message was consumed."""
+    if opts.bootstrap is not None:
+        host, port = parse_address(opts.bootstrap)
+        suffix = uuid.uuid4().hex[:8]  # a broker in use: never mix with an earlier run
+        target = _Target(host, port, f"{TOPIC}-{suffix}", f"{GROUP}-{suffix}", None)
+        console.print(f"[bold]broker[/] at {target.bootstrap}")
+        return await _scenario(target, opts, console)
     with contextlib.ExitStack() as stack:
         data_dir = opts.data_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="groupwire-demo-")))
         broker = Broker(BrokerSettings(
             host="127.0.0.1", port=0, data_dir=data_dir, metrics_port=-1,
             group_initial_rebalance_delay_ms=1000, log_level="error"))
-        await broker.start()
         try:
-            signals = _Signals(session_timeout_ms=opts.session_timeout_ms,
-                               grace_ms=broker.settings.connection_loss_grace_ms)
-            return await _scenario(broker, opts, console, signals)
+            await broker.start()
+        except StartupError as exc:
+            raise CliError(str(exc)) from exc
+        try:
+            suffix = "" if opts.data_dir is None else f"-{uuid.uuid4().hex[:8]}"
+            target = _Target("127.0.0.1", broker.port, TOPIC + suffix, GROUP + suffix,
+                             broker.settings.connection_loss_grace_ms)
+            console.print(f"[bold]broker[/] listening on {target.bootstrap} "
+                          f"(data in {data_dir})")
+            return await _scenario(target, opts, console)
         finally:
             await broker.close()
 
 
-async def _scenario(broker: Broker, opts: DemoOptions, console: Console,
-                    signals: _Signals) -> int:
-    bootstrap = f"127.0.0.1:{broker.port}"
-    console.print(f"[bold]broker[/] listening on {bootstrap} "
-                  f"(data in {broker.settings.data_dir})")
-    admin = await Connection.open("127.0.0.1", broker.port, client_id="demo-admin")
-    await admin.send(CreateTopicsRequest(topics=[
-        CreatableTopic(name=TOPIC, num_partitions=opts.partitions)]))
-    events_from = await _end_offset(admin, "__group_events", 0)
-    console.print(f"topic [cyan]{TOPIC}[/] with {opts.partitions} partitions; "
-                  f"{opts.consumers} consumers join group [cyan]{GROUP}[/]")
-    consumers = [await _spawn(f"consumer-{i + 1}", bootstrap, opts)
-                 for i in range(opts.consumers)]
-    readers = [asyncio.ensure_future(_read_output(c, signals)) for c in consumers]
-    watcher = asyncio.ensure_future(_watch_events(broker.port, events_from, console,
-                                                 signals))
+async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int:
+    signals = _Signals(session_timeout_ms=opts.session_timeout_ms, grace_ms=target.grace_ms)
     try:
+        admin = await Connection.open(target.host, target.port, client_id="demo-admin",
+                                      connect_timeout=5)
+    except OSError as exc:
+        raise CliError(f"cannot reach a broker at {target.bootstrap}: "
+                       f"{exc.strerror or exc or type(exc).__name__}") from exc
+    consumers: list[ConsumerProc] = []
+    readers: list[asyncio.Future[None]] = []
+    watcher: asyncio.Future[None] | None = None
+    try:
+        created = await admin.send(CreateTopicsRequest(topics=[
+            CreatableTopic(name=target.topic, num_partitions=opts.partitions)]),
+            response_type=CreateTopicsResponse)
+        for result in created.topics:
+            if result.error_code != ErrorCode.NONE:
+                raise CliError(f"cannot create topic {target.topic!r}: "
+                               f"{ErrorCode(result.error_code).name}: {result.error_message}")
+        events_from = await _end_offset(admin, "__group_events", 0)
+        console.print(f"topic [cyan]{target.topic}[/] with {opts.partitions} partitions; "
+                      f"{opts.consumers} consumers join group [cyan]{target.group}[/]")
+        for i in range(opts.consumers):
+            consumers.append(await _spawn(f"consumer-{i + 1}", target, opts))
+        readers = [asyncio.ensure_future(_read_output(c, signals)) for c in consumers]
+        watcher = asyncio.ensure_future(_watch_events(target, events_from, console,
+                                                     signals))
         await _wait_stable(watcher, opts.consumers, signals)
-        produced = await _produce(bootstrap, opts, consumers, console, signals)
+        produced = await _produce(target, opts, consumers, console, signals)
         total = sum(produced.values())
         await _wait_consumed(consumers, produced, console, signals)
     finally:
-        watcher.cancel()  # the consumers' shutdown is not part of the story
-        for c in consumers:
-            if c.alive:
-                with contextlib.suppress(ProcessLookupError):
-                    c.proc.send_signal(signal.SIGTERM)
-        for c in consumers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(c.proc.wait(), 15)
+        if watcher is not None:
+            watcher.cancel()  # the consumers' shutdown is not part of the story
+        await _stop_consumers(consumers)
         for r in readers:
             r.cancel()
         await admin.close()
@@ -141,13 +188,37 @@ async def _scenario(broker: Broker, opts: DemoOptions, console: Console,
     return 0
 
 
-async def _spawn(name: str, bootstrap: str, opts: DemoOptions) -> ConsumerProc:
+async def _spawn(name: str, target: _Target, opts: DemoOptions) -> ConsumerProc:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "groupwire.cli.demo_consumer", "--bootstrap", bootstrap,
-        "--group", GROUP, "--topic", TOPIC, "--name", name,
-        "--session-timeout-ms", str(opts.session_timeout_ms),
-        stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sys.executable, "-m", "groupwire.cli.demo_consumer", "--bootstrap", target.bootstrap,
+        "--group", target.group, "--topic", target.topic, "--name", name,
+        "--session-timeout-ms", str(opts.session_timeout_ms), "--stop-on-stdin-eof",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return ConsumerProc(name, proc)
+
+
+async def _stop_consumers(consumers: list[ConsumerProc]) -> None:
+    """SIGTERM (each leaves the group), then SIGKILL what is still running; all reaped.
+
+    Shielded: a second Ctrl-C must not leave a consumer behind half-stopped.
+    """
+    async def stop_all() -> None:
+        for c in consumers:
+            if c.alive and c.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.send_signal(signal.SIGTERM)
+        waits = [asyncio.ensure_future(c.proc.wait()) for c in consumers]
+        if waits:
+            await asyncio.wait(waits, timeout=STOP_TIMEOUT_S)
+        for c in consumers:
+            if c.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.proc.kill()
+                await c.proc.wait()
+
+    if consumers:
+        await asyncio.shield(asyncio.ensure_future(stop_all()))
 
 
 async def _read_output(consumer: ConsumerProc, signals: _Signals) -> None:
@@ -167,10 +238,10 @@ async def _end_offset(conn: Connection, topic: str, partition: int) -> int:
     return resp.topics[0].partitions[0].offset
 
 
-async def _watch_events(port: int, offset: int, console: Console,
+async def _watch_events(target: _Target, offset: int, console: Console,
                         signals: _Signals) -> None:
     """Print the group's events as the broker writes them (a long-poll fetch loop)."""
-    conn = await Connection.open("127.0.0.1", port, client_id="demo-events")
+    conn = await Connection.open(target.host, target.port, client_id="demo-events")
     members: set[str] = set()
     try:
         while True:
@@ -182,7 +253,7 @@ async def _watch_events(port: int, offset: int, console: Console,
                 offset = rec.offset + 1
                 assert rec.value is not None
                 event = msgpack.unpackb(rec.value, raw=False)
-                if event["group_id"] == GROUP:
+                if event["group_id"] == target.group:
                     _show(event, members, console, signals)
     finally:
         await conn.close()
@@ -209,10 +280,11 @@ def _show(event: dict[str, object], members: set[str], console: Console,
         killed_at = signals.killed_at
         if killed_at is not None:
             since = (time.monotonic() - killed_at) * 1000
+            grace = ("" if signals.grace_ms is None
+                     else f", connection-loss grace {signals.grace_ms} ms")
             console.print(f"  [bold green]failover[/]: the survivors own the dead consumer's "
                           f"partitions {since:.0f} ms after the kill (session timeout "
-                          f"{signals.session_timeout_ms} ms, connection-loss grace "
-                          f"{signals.grace_ms} ms)")
+                          f"{signals.session_timeout_ms} ms{grace})")
             signals.killed_at = None
         signals.stable.put_nowait(len(members))
 
@@ -240,16 +312,17 @@ async def _wait_stable(watcher: asyncio.Future[None], members: int,
             return
 
 
-async def _produce(bootstrap: str, opts: DemoOptions, consumers: list[ConsumerProc],
+async def _produce(target: _Target, opts: DemoOptions, consumers: list[ConsumerProc],
                    console: Console, signals: _Signals) -> dict[int, int]:
     produced: dict[int, int] = {}
     victim = consumers[1] if len(consumers) > 1 else None
-    async with Producer(bootstrap, client_id="demo-producer", linger_ms=5) as producer:
+    async with Producer(target.bootstrap, client_id="demo-producer",
+                        linger_ms=5) as producer:
         t0 = time.monotonic()
         pending = []
         for i in range(opts.messages):
             pending.append(await producer.send(
-                TOPIC, f"order {i}".encode(), key=f"customer-{i % 97}".encode()))
+                target.topic, f"order {i}".encode(), key=f"customer-{i % 97}".encode()))
             if victim is not None and i == opts.messages // 3:
                 console.print(f"[bold red]killing {victim.name}[/] (SIGKILL, pid "
                               f"{victim.proc.pid}) after {i} messages")
@@ -288,9 +361,9 @@ def register(subparsers: Any) -> None:
     """Add ``demo`` to the ``groupwire`` subparsers."""
     p = subparsers.add_parser(
         "demo", help="a broker, a producer and three consumers; one is killed",
-        description="Start a broker on embedded storage, produce to a topic consumed by a "
-        "group of consumer processes, SIGKILL one of them and show the rebalance as it "
-        "happens; exit 0 if nothing was lost.")
+        description="Start a broker on embedded storage (or use --bootstrap), produce to a "
+        "topic consumed by a group of consumer processes, SIGKILL one of them and show the "
+        "rebalance as it happens; exit 0 if nothing was lost.")
     add_arguments(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -302,21 +375,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = DemoOptions()
-    parser.add_argument("--messages", type=int, default=d.messages,
+    parser.add_argument("--messages", type=positive_int, default=d.messages,
                         help=f"messages to produce (default {d.messages})")
-    parser.add_argument("--partitions", type=int, default=d.partitions,
+    parser.add_argument("--partitions", type=positive_int, default=d.partitions,
                         help=f"partitions of the demo topic (default {d.partitions})")
-    parser.add_argument("--consumers", type=int, default=d.consumers,
+    parser.add_argument("--consumers", type=positive_int, default=d.consumers,
                         help=f"consumer processes in the group (default {d.consumers})")
-    parser.add_argument("--rate", type=int, default=d.rate,
+    parser.add_argument("--rate", type=positive_int, default=d.rate,
                         help=f"messages per second (default {d.rate})")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="broker storage (default: a temporary directory)")
-    parser.add_argument("--session-timeout-ms", type=int, default=d.session_timeout_ms,
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--bootstrap", default=None, metavar="HOST:PORT",
+                       help="run against this broker instead of starting one; the demo "
+                       "uses a topic and a group of its own, named uniquely")
+    where.add_argument("--data-dir", type=Path, default=None,
+                       help="storage of the demo's own broker (default: a temporary "
+                       "directory)")
+    parser.add_argument("--session-timeout-ms", type=positive_int,
+                        default=d.session_timeout_ms,
                         help=f"consumers' session timeout (default {d.session_timeout_ms})")
 
 
 def options_from(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(messages=args.messages, partitions=args.partitions,
                        consumers=args.consumers, rate=args.rate, data_dir=args.data_dir,
-                       session_timeout_ms=args.session_timeout_ms)
+                       session_timeout_ms=args.session_timeout_ms, bootstrap=args.bootstrap)

@@ -64,7 +64,8 @@ class TopicStore:
         try:
             (self.data_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot create data dir {self.data_dir}: {exc}") from exc
+            raise StorageError(f"data dir {self.data_dir} is not usable: "
+                               f"{_os_reason(exc)}") from exc
         self._lock_fd = _lock(self.data_dir / LOCK_FILE)
         try:
             self._meta = self._load_or_create_meta()
@@ -263,13 +264,35 @@ class TopicStore:
 
 
 def _lock(path: Path) -> int:
+    """Hold ``path`` flock'ed with our pid in it; a second broker names the first one."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise StorageError(f"cannot open {path}: {exc}") from exc
+        raise StorageError(f"data dir {path.parent} is not usable: cannot open {path}: "
+                           f"{exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
+        holder = _lock_holder(fd)
         os.close(fd)
-        raise StorageError(f"data dir {path.parent} is in use by another broker") from exc
+        raise StorageError(f"data dir {path.parent} is in use by another broker"
+                           f"{f' (pid {holder})' if holder else ''}") from exc
+    with contextlib.suppress(OSError):  # the pid is for the message above, not the lock
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return text if text.isdigit() else ""
+
+
+def _os_reason(exc: OSError) -> str:
+    """``Not a directory: /x/logs`` rather than ``[Errno 20] Not a directory: '/x/logs'``."""
+    if exc.strerror and exc.filename:
+        return f"{exc.strerror}: {exc.filename}"
+    return exc.strerror or str(exc)
