@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from groupwire.broker.logs import configure_logging
-from groupwire.cli.chaos.runner import ChaosOptions, run_chaos
+from groupwire.cli.chaos.runner import (
+    EXTERNAL_SESSION_TIMEOUT_MS,
+    OWN_BROKER_SESSION_TIMEOUT_MS,
+    ChaosFatal,
+    ChaosOptions,
+    run_chaos,
+)
 from groupwire.cli.errors import EXIT_FAILURE, CliError
+from groupwire.cli.output import emit_json
 from groupwire.cli.running import run_loop
+from groupwire.client.errors import GroupwireError
+
+EXIT_TERMINATED = 143
+"""SIGTERM, as a shell reports a process killed by it."""
 
 
 def register(subparsers: Any) -> None:
@@ -39,8 +52,18 @@ def register(subparsers: Any) -> None:
                    f"(default {d.broker_faults})")
     p.add_argument("--seed", type=int, default=d.seed,
                    help=f"fault schedule seed (default {d.seed})")
-    p.add_argument("--session-timeout-ms", type=int, default=d.session_timeout_ms,
-                   help=f"consumers' session timeout (default {d.session_timeout_ms})")
+    p.add_argument("--session-timeout-ms", type=int, default=None,
+                   help=f"consumers' session timeout (default {OWN_BROKER_SESSION_TIMEOUT_MS} "
+                   f"with the run's own broker, {EXTERNAL_SESSION_TIMEOUT_MS} with --bootstrap: "
+                   f"the lowest a broker with default settings accepts)")
+    p.add_argument("--topic", default=None,
+                   help="topic to use (default: a new one per run, chaos-SEED-TIME-PID)")
+    p.add_argument("--group", default=None,
+                   help="consumer group to use (default: a new one per run, "
+                   "chaos-group-SEED-TIME-PID)")
+    p.add_argument("--json", action="store_true",
+                   help="print the verdict as one JSON object on stdout (progress goes to "
+                   "stderr)")
     p.add_argument("--report", type=Path, default=None,
                    help="keep journals, broker log and verdict.json in this directory")
     p.add_argument("--rebalance-report", action="store_true",
@@ -55,7 +78,17 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         bootstrap=args.bootstrap, consumers=args.consumers, faults=args.faults,
         records=args.records, broker_faults=args.broker_faults, seed=args.seed,
         session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
-        rate=args.rate, report=args.report, rebalance_report=args.rebalance_report)
+        rate=args.rate, report=args.report, rebalance_report=args.rebalance_report,
+        topic=args.topic, group=args.group)
+    for flag, value in (("--consumers", opts.consumers), ("--records", opts.records),
+                        ("--rate", opts.rate), ("--partitions", opts.partitions)):
+        if value < 1:
+            raise CliError(f"{flag}: must be at least 1, not {value}")
+    for flag, value in (("--faults", opts.faults), ("--broker-faults", opts.broker_faults)):
+        if value < 0:
+            raise CliError(f"{flag}: must not be negative, not {value}")
+    if opts.session_timeout_ms is not None and opts.session_timeout_ms < 1:
+        raise CliError(f"--session-timeout-ms: must be positive, not {opts.session_timeout_ms}")
     if opts.rebalance_report and opts.report is None:
         raise CliError("--rebalance-report: needs --report DIR to write it into")
     if opts.bootstrap is not None and opts.broker_faults:
@@ -66,5 +99,26 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     opts = options_from(args)
     configure_logging("console", "error")
-    verdict = run_loop(lambda: run_chaos(opts, Console()))
-    return EXIT_FAILURE if verdict.violations else 0
+    # with --json, stdout carries the verdict only: progress and the table go to stderr
+    console = Console(stderr=True) if args.json else Console()
+    result: dict[str, object] = {}
+
+    async def main() -> int:
+        verdict = await run_chaos(opts, console, on_verdict=result.update)
+        return EXIT_FAILURE if verdict.violations else 0
+
+    try:
+        code = run_loop(main)
+    except ChaosFatal as exc:
+        raise CliError(str(exc)) from None
+    except GroupwireError as exc:
+        raise CliError(str(exc) or type(exc).__name__) from None
+    except (OSError, ConnectionError) as exc:
+        raise CliError(f"connection failed: {exc}") from None
+    except asyncio.CancelledError:  # SIGTERM: the run was torn down
+        print("groupwire chaos: stopped by SIGTERM; every process of the run ended",
+              file=sys.stderr)
+        return EXIT_TERMINATED
+    if args.json:
+        emit_json(result)
+    return code

@@ -3,7 +3,10 @@
 Journal lines (JSON): ``assigned``/``revoked``/``lost`` with the generation, member id and
 partitions; ``records`` with ``[partition, offset]`` pairs, written *before* the batch is
 committed; ``committed`` after a commit succeeded; ``commit_failed`` when the broker (or
-the consumer's own state) refused it; ``zombie_probe`` right after a SIGCONT (see
+the consumer's own state) refused it; ``error`` for a retriable error (the 1st, 2nd, 4th
+... of a streak, each followed by a growing, jittered pause); ``fatal`` for an error no
+retry cures, after which the process tells the runner on stdout and exits
+(:data:`~groupwire.cli.chaos.fatal.FATAL_EXIT`); ``zombie_probe`` right after a SIGCONT (see
 :func:`probe_as_zombie`). A killed process leaves a journal that is complete up to the kill,
 since every line is flushed as it is written.
 """
@@ -12,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import IO
 
+from groupwire.cli.chaos.fatal import FATAL_EXIT, FATAL_PREFIX, Backoff, code_of, is_fatal
 from groupwire.client import Consumer, RebalanceListener, TopicPartition
 from groupwire.client.connection import Connection
 from groupwire.client.errors import CommitFailedError, GroupwireError
@@ -179,12 +185,22 @@ async def run(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGCONT, resumed)
     async with consumer:
         consumer.subscribe([args.topic], listener=reporter)
+        backoff = Backoff()
         while not stop.is_set():
             try:
                 batches = await consumer.getmany(timeout_ms=100)
-            except GroupwireError as exc:
-                journal.write(event="error", error=repr(exc))
+            except (GroupwireError, ConnectionError, TimeoutError) as exc:
+                if is_fatal(exc):
+                    _report_fatal(journal, exc)
+                    raise SystemExit(FATAL_EXIT) from None
+                delay = backoff.next_delay()
+                if backoff.worth_journaling():
+                    journal.write(event="error", error=repr(exc), failures=backoff.failures,
+                                  retry_in_s=round(delay, 3))
+                with contextlib.suppress(TimeoutError):  # the pause, cut short by SIGTERM
+                    await asyncio.wait_for(stop.wait(), delay)
                 continue
+            backoff.reset()
             records = [[r.partition, r.offset] for rs in batches.values() for r in rs]
             if not records:
                 continue
@@ -201,6 +217,13 @@ async def run(args: argparse.Namespace) -> None:
                               offsets={str(tp.partition): o for tp, o in offsets.items()})
                 identity.committed.update((tp.partition, o) for tp, o in offsets.items()
                                           if tp.partition in identity.partitions)
+
+
+def _report_fatal(journal: Journal, exc: BaseException) -> None:
+    """Journal the error and tell the runner (one line on stdout) before closing down."""
+    journal.write(event="fatal", code=code_of(exc), error=str(exc))
+    sys.stdout.write(FATAL_PREFIX + json.dumps({"code": code_of(exc), "error": str(exc)}) + "\n")
+    sys.stdout.flush()
 
 
 def main() -> None:

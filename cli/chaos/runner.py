@@ -1,4 +1,10 @@
-"""Run a chaos scenario: broker, producer, consumer processes, faults, verdict."""
+"""Run a chaos scenario: broker, producer, consumer processes, faults, verdict.
+
+Every process the run starts is a :mod:`~groupwire.cli.chaos.child`: its own process
+group (killed on the way out, whatever ended the run) and a parent-death signal (for a
+runner that is SIGKILLed itself). Every wait has a bound; a member's fatal error ends
+the run at once with :class:`ChaosFatal`.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +18,16 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from groupwire.cli.chaos.fatal import FATAL_PREFIX, explain
 from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
 from groupwire.cli.chaos.verdict import Verdict, judge, read_journals
@@ -26,8 +35,20 @@ from groupwire.client.admin import Admin
 from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
 
-TOPIC = "chaos"
-GROUP = "chaos-group"
+OWN_BROKER_SESSION_TIMEOUT_MS = 3000
+"""The run's own broker accepts 100 ms and up: short sessions make faults quick to notice."""
+EXTERNAL_SESSION_TIMEOUT_MS = 6000
+"""The lowest session timeout a broker with default settings accepts."""
+BROKER_START_S = 60.0
+ADMIN_TIMEOUT_S = 30.0
+TASK_EXIT_S = 5.0
+"""How long a cancelled task of the run, or a signalled process, has to end."""
+MEMBER_STOP_S = 15.0
+REBALANCE_REPORT_S = 900.0
+
+
+class ChaosFatal(Exception):
+    """The run cannot go on; the message is the one line for the user."""
 
 
 @dataclass
@@ -38,11 +59,24 @@ class ChaosOptions:
     records: int = 5000
     broker_faults: int = 0
     seed: int = 0
-    session_timeout_ms: int = 3000
+    session_timeout_ms: int | None = None
+    """None: 3000 with the run's own broker, 6000 with ``bootstrap``."""
     partitions: int = 12
     rate: int = 500
     report: Path | None = None
     rebalance_report: bool = False
+    topic: str | None = None
+    """None: ``chaos-SEED-STAMP``, a topic of this run only."""
+    group: str | None = None
+    """None: ``chaos-group-SEED-STAMP``, a group of this run only."""
+
+    @property
+    def session_timeout(self) -> int:
+        if self.session_timeout_ms is not None:
+            return self.session_timeout_ms
+        if self.bootstrap is None:
+            return OWN_BROKER_SESSION_TIMEOUT_MS
+        return EXTERNAL_SESSION_TIMEOUT_MS
 
 
 @dataclass
@@ -58,6 +92,8 @@ class Run:
     opts: ChaosOptions
     workdir: Path
     console: Console
+    topic: str = ""
+    group: str = ""
     bootstrap: str = ""
     broker: asyncio.subprocess.Process | None = None
     broker_port: int = 0
@@ -66,21 +102,64 @@ class Run:
     zombies: set[str] = field(default_factory=set)
     fault_times: list[float] = field(default_factory=list)
     acked: set[tuple[int, int]] = field(default_factory=set)
+    produced: bool = False
     samples: list[tuple[float, dict[int, int]]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
-    drains: list[asyncio.Future[None]] = field(default_factory=list)
+    tasks: set[asyncio.Future[Any]] = field(default_factory=set)
+    fatal: asyncio.Future[str] | None = None
+    on_verdict: Callable[[dict[str, object]], object] | None = None
+    deadline: float = 0.0
+    """time.monotonic() past which nothing waits any more (set once production starts)."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
+        """A task of the run: cancelled and awaited (with a bound) on the way out."""
+        task: asyncio.Future[Any] = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        return task
+
+    def processes(self) -> list[asyncio.subprocess.Process]:
+        procs = [m.proc for m in self.members]
+        return [*procs, self.broker] if self.broker is not None else procs
 
 
-async def run_chaos(opts: ChaosOptions, console: Console) -> Verdict:
+def names(seed: int) -> tuple[str, str]:
+    """A topic and a group of one run: the seed, the time and the process make them unique."""
+    stamp = f"{seed}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return f"chaos-{stamp}", f"chaos-group-{stamp}"
+
+
+async def run_chaos(opts: ChaosOptions, console: Console,
+                    on_verdict: Callable[[dict[str, object]], object] | None = None) -> Verdict:
+    """The run's verdict; ChaosFatal when it cannot go on. No process of it outlives it.
+
+    ``on_verdict`` gets the run's :func:`summary` as soon as the verdict is known."""
     with contextlib.ExitStack() as stack:
         workdir = opts.report or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="groupwire-chaos-")))
         workdir.mkdir(parents=True, exist_ok=True)
-        run = Run(opts, workdir, console)
+        topic, group = names(opts.seed)
+        run = Run(opts, workdir, console, topic=opts.topic or topic, group=opts.group or group,
+                  on_verdict=on_verdict)
+        loop = asyncio.get_running_loop()
+        run.fatal = loop.create_future()
+        main = asyncio.current_task()
+        if main is not None:  # SIGTERM ends the run as Ctrl-C does: cancelled, torn down
+            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+        scenario = run.spawn(_scenario(run))
         try:
-            return await _scenario(run)
+            racing: list[asyncio.Future[Any]] = [scenario, run.fatal]
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+            if run.fatal.done():
+                raise ChaosFatal(run.fatal.result())
+            verdict: Verdict = scenario.result()
+            return verdict
         finally:
-            await _teardown(run)
+            try:
+                await _teardown(run)
+            finally:
+                _kill_groups(run.processes())
+                if main is not None:
+                    loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _scenario(run: Run) -> Verdict:
@@ -92,18 +171,27 @@ async def _scenario(run: Run) -> Verdict:
     else:
         run.bootstrap = opts.bootstrap
     async with Admin(run.bootstrap, client_id="chaos-admin") as admin:
-        await admin.create_topics([TOPIC], num_partitions=opts.partitions, exist_ok=True)
+        try:
+            await asyncio.wait_for(admin.create_topics(
+                [run.topic], num_partitions=opts.partitions, exist_ok=True), ADMIN_TIMEOUT_S)
+        except TimeoutError:
+            raise ChaosFatal(f"the broker at {run.bootstrap} did not create the topic "
+                             f"{run.topic!r} within {ADMIN_TIMEOUT_S:.0f} s") from None
     run.console.print(f"chaos: seed {opts.seed}, {opts.consumers} consumers, "
                       f"{opts.faults} consumer faults, {opts.broker_faults} broker kills, "
-                      f"{opts.records} records on {opts.partitions} partitions")
+                      f"{opts.records} records on {opts.partitions} partitions of "
+                      f"{run.topic}, group {run.group}, session timeout "
+                      f"{opts.session_timeout} ms")
     for _ in range(opts.consumers):
         await _add_member(run)
     window_s = opts.records / opts.rate
     schedule = draw(opts.seed, opts.faults, opts.broker_faults, window_s)
     rng = random.Random(opts.seed + 1)
-    sampler = asyncio.ensure_future(_sample_offsets(run))
     t0 = time.monotonic()
-    producer = asyncio.ensure_future(_produce(run))
+    # the producer's window, twice over, then the wait for the last records to be read
+    run.deadline = t0 + 2 * window_s + 60 + opts.session_timeout / 1000 * 3
+    sampler = run.spawn(_sample_offsets(run))
+    producer = run.spawn(_produce(run))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=run.console, transient=False) as progress:
         task = progress.add_task("faults", total=len(schedule), info="")
@@ -113,27 +201,66 @@ async def _scenario(run: Run) -> Verdict:
                 await asyncio.sleep(delay)  # the schedule's clock: faults happen at set times
             await _inject(run, fault, rng)
             progress.update(task, advance=1, info=run.log[-1] if run.log else "")
-        await producer
+        await asyncio.wait([producer], timeout=max(0.0, t0 + 2 * window_s + 60 - time.monotonic()))
+        if not producer.done():
+            run.console.print("chaos: the producer did not finish in time; judging the "
+                              f"{len(run.acked)} records acknowledged so far")
+            await _settle([producer])
+        run.produced = True
         end_task = progress.add_task("consumed", total=len(run.acked), info="")
         await _wait_consumed(run, progress, end_task)
     end_t = time.time()
-    sampler.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await sampler
+    # the sampler ends by itself once every acknowledged record is committed; not later
+    # than the run's deadline, and at once if the records were never all read
+    await _settle([sampler], cancel=time.monotonic() >= run.deadline,
+                  timeout=max(TASK_EXIT_S, run.deadline - time.monotonic()))
     await _stop_members(run)
     # session timeout (a dead member is noticed) + the rebalance bound: one more session
     # timeout (members a restarted broker reloads get a fresh one) and 10 s to rejoin
-    bound = (opts.session_timeout_ms * 2 + 10_000) / 1000
+    bound = (opts.session_timeout * 2 + 10_000) / 1000
     verdict = judge(read_journals(run.workdir), run.acked, run.faulted, run.zombies,
                     run.samples, opts.partitions, run.fault_times, end_t, bound)
     _print(run, verdict)
+    if run.on_verdict is not None:
+        run.on_verdict(summary(run, verdict))
     if opts.report is not None:
-        (opts.report / "verdict.json").write_text(json.dumps(
-            {"seed": opts.seed, "faults": run.log, **verdict.as_dict()}, indent=2))
+        (opts.report / "verdict.json").write_text(json.dumps(summary(run, verdict), indent=2))
         if opts.rebalance_report:  # the broker still serves: the job reads its events
-            await write_rebalance_report(run.bootstrap, opts.report, GROUP, run.console,
-                                         since_ms=started_ms)
+            try:
+                await asyncio.wait_for(write_rebalance_report(
+                    run.bootstrap, opts.report, run.group, run.console, since_ms=started_ms),
+                    REBALANCE_REPORT_S)
+            except TimeoutError:
+                run.console.print(f"[yellow]rebalance report skipped[/]: the job took longer "
+                                  f"than {REBALANCE_REPORT_S:.0f} s")
     return verdict
+
+
+def summary(run: Run, verdict: Verdict) -> dict[str, object]:
+    """The run as one JSON object: what ran, what happened, the verdict."""
+    return {"seed": run.opts.seed, "topic": run.topic, "group": run.group,
+            "bootstrap": run.bootstrap, "session_timeout_ms": run.opts.session_timeout,
+            "faults": run.log, **verdict.as_dict()}
+
+
+async def _settle(tasks: Iterable[asyncio.Future[Any]], *, cancel: bool = True,
+                  timeout: float = TASK_EXIT_S) -> None:
+    """Let ``tasks`` end (cancelling them first when asked) within ``timeout`` each round.
+
+    Never waits past the bound, even for a task that swallows its cancellation, and never
+    swallows the caller's own cancellation (asyncio.wait does not cancel what it waits for).
+    """
+    pending = [t for t in tasks if not t.done()]
+    if pending and not cancel:
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        pending = list(still)
+    if pending:
+        for t in pending:
+            t.cancel()
+        await asyncio.wait(pending, timeout=TASK_EXIT_S)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: a crash here is not the run's result
 
 
 def _free_port() -> int:
@@ -143,22 +270,38 @@ def _free_port() -> int:
         return port
 
 
+async def _start_child(run: Run, module: str, *args: str,
+                       stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """``python -m module args`` in its own process group, dying with this process."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "groupwire.cli.chaos.child", str(os.getpid()), module, *args,
+        stdout=stdout, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
 async def _start_broker(run: Run) -> None:
     data = run.workdir / "broker-data"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "groupwire", "broker", "--host", "127.0.0.1",
+    proc = await _start_child(
+        run, "groupwire", "broker", "--host", "127.0.0.1",
         "--port", str(run.broker_port),
         "--data-dir", str(data), "--metrics-port", "-1", "--fsync", "always",
         "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "100",
         "--connection-loss-grace-ms", "300", "--log-format", "json", "--log-level", "info",
         stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL)
+    run.broker = proc
     assert proc.stderr is not None
     log_path = run.workdir / "broker.log"
+    deadline = time.monotonic() + BROKER_START_S
     with log_path.open("ab") as log:
         while True:
-            line = await asyncio.wait_for(proc.stderr.readline(), 60)
+            try:
+                line = await asyncio.wait_for(proc.stderr.readline(),
+                                              max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise ChaosFatal(f"the run's broker did not start within {BROKER_START_S:.0f} "
+                                 f"s; see {log_path}") from None
             if not line:
-                raise RuntimeError(f"broker exited while starting; see {log_path}")
+                raise ChaosFatal(f"the run's broker exited while starting; see {log_path}")
             log.write(line)
             if b'"broker_started"' in line:
                 break
@@ -169,23 +312,39 @@ async def _start_broker(run: Run) -> None:
             async for line in proc.stderr:
                 log.write(line)
 
-    run.drains.append(asyncio.ensure_future(drain()))
-    run.broker = proc
+    run.spawn(drain())
     run.bootstrap = f"127.0.0.1:{run.broker_port}"
 
 
 async def _add_member(run: Run) -> Member:
     name = f"member-{len(run.members) + 1:02d}"
     journal = run.workdir / f"{name}.jsonl"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "groupwire.cli.chaos.member", "--bootstrap", run.bootstrap,
-        "--group", GROUP, "--topic", TOPIC, "--name", name, "--journal", str(journal),
-        "--session-timeout-ms", str(run.opts.session_timeout_ms),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = await _start_child(
+        run, "groupwire.cli.chaos.member", "--bootstrap", run.bootstrap,
+        "--group", run.group, "--topic", run.topic, "--name", name, "--journal", str(journal),
+        "--session-timeout-ms", str(run.opts.session_timeout),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     member = Member(name, journal, proc)
     run.members.append(member)
+    run.spawn(_watch(run, member))
     return member
+
+
+async def _watch(run: Run, member: Member) -> None:
+    """Read the member's stdout: a fatal error it reports ends the run."""
+    assert member.proc.stdout is not None
+    async for raw in member.proc.stdout:
+        line = raw.decode(errors="replace")
+        if not line.startswith(FATAL_PREFIX) or run.fatal is None or run.fatal.done():
+            continue
+        try:
+            report = json.loads(line[len(FATAL_PREFIX):])
+        except ValueError:
+            report = {"code": "UNKNOWN", "error": line.strip()}
+        run.fatal.set_result(explain(
+            str(report.get("code")), str(report.get("error")), member=member.name,
+            session_timeout_ms=run.opts.session_timeout, bootstrap=run.bootstrap,
+            group=run.group, consumers=run.opts.consumers))
 
 
 async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
@@ -195,8 +354,8 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
     if kind == "broker-kill":
         if run.broker is None:
             return
-        run.broker.send_signal(signal.SIGKILL)
-        await run.broker.wait()
+        _kill_groups([run.broker])
+        await asyncio.wait_for(run.broker.wait(), TASK_EXIT_S)
         run.fault_times.append(now)
         await _start_broker(run)
         run.log.append(f"broker killed and restarted ({time.time() - now:.1f} s)")
@@ -222,7 +381,7 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
         target.proc.send_signal(signal.SIGSTOP)
         target.state = "zombie"
         run.zombies.add(target.journal.stem)
-        pause = run.opts.session_timeout_ms / 1000 + rng.uniform(0.5, 2.0)
+        pause = run.opts.session_timeout / 1000 + rng.uniform(0.5, 2.0)
         asyncio.get_running_loop().call_later(pause, _resume, target)
         run.log.append(f"froze {target.name} for {pause:.1f} s")
     elif kind == "remove":
@@ -232,9 +391,11 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
 
 
 def _resume(member: Member) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        member.proc.send_signal(signal.SIGCONT)
-    member.state = "alive"
+    if member.proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            member.proc.send_signal(signal.SIGCONT)
+    if member.state == "zombie":
+        member.state = "alive"
 
 
 async def _produce(run: Run) -> None:
@@ -245,7 +406,7 @@ async def _produce(run: Run) -> None:
                         request_timeout_ms=30000) as producer:
         while sent < opts.records:
             chunk = range(sent, min(sent + 50, opts.records))
-            futures = [await producer.send(TOPIC, f"r{i}".encode(), key=f"k{i}".encode())
+            futures = [await producer.send(run.topic, f"r{i}".encode(), key=f"k{i}".encode())
                        for i in chunk]
             for fut in futures:
                 try:
@@ -259,27 +420,38 @@ async def _produce(run: Run) -> None:
                 await asyncio.sleep(ahead)  # pacing the producer
 
 
+def _all_committed(run: Run, committed: dict[int, int]) -> bool:
+    """Production is over and every acknowledged record lies below its committed offset."""
+    if not run.produced:
+        return False
+    return all(committed.get(p, -1) > o for p, o in run.acked)
+
+
 async def _sample_offsets(run: Run) -> None:
-    """Committed offsets every 200 ms, to check that none ever goes backwards."""
-    while True:
+    """Committed offsets every 200 ms, to check that none ever goes backwards.
+
+    Ends once every acknowledged record is committed, or at the run's deadline: it never
+    depends on being cancelled (a cancellation the SDK's close swallowed would otherwise
+    start it again).
+    """
+    while time.monotonic() < run.deadline:
         try:
             async with Admin(run.bootstrap, client_id="chaos-monitor",
                              request_timeout_ms=2000) as admin:
-                while True:
-                    offsets = await admin.list_consumer_group_offsets(GROUP)
-                    run.samples.append((time.time(), {
-                        tp.partition: om.offset for tp, om in offsets.items()
-                        if om.offset >= 0}))
+                while time.monotonic() < run.deadline:
+                    offsets = await admin.list_consumer_group_offsets(run.group)
+                    sample = {tp.partition: om.offset for tp, om in offsets.items()
+                              if om.offset >= 0 and tp.topic == run.topic}
+                    run.samples.append((time.time(), sample))
+                    if _all_committed(run, sample):
+                        return
                     await asyncio.sleep(0.2)  # the sampling period
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the broker is being killed: sample again once it is back
-            await asyncio.sleep(0.2)
+        except (GroupwireError, ConnectionError, TimeoutError):
+            await asyncio.sleep(0.2)  # the broker is being killed: sample again once it is back
 
 
 async def _wait_consumed(run: Run, progress: Progress, task: object) -> None:
-    deadline = time.monotonic() + 60 + run.opts.session_timeout_ms / 1000 * 3
-    while time.monotonic() < deadline:
+    while time.monotonic() < run.deadline:
         seen = {(int(p), int(o)) for e in read_journals(run.workdir)
                 if e["event"] == "records" for p, o in e["records"]}  # type: ignore[attr-defined]
         done = len(run.acked & seen)
@@ -290,34 +462,49 @@ async def _wait_consumed(run: Run, progress: Progress, task: object) -> None:
 
 
 async def _stop_members(run: Run) -> None:
+    """SIGTERM every member (they leave the group), SIGKILL what has not ended in time."""
     for m in run.members:
         if m.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 if m.state == "zombie":
                     m.proc.send_signal(signal.SIGCONT)
                 m.proc.send_signal(signal.SIGTERM)
-    for m in run.members:
-        try:
-            await asyncio.wait_for(m.proc.wait(), 15)
-        except TimeoutError:
-            m.proc.kill()
-            await m.proc.wait()
+    await _reap([m.proc for m in run.members], MEMBER_STOP_S)
+
+
+async def _reap(procs: list[asyncio.subprocess.Process], timeout: float) -> None:
+    """Wait ``timeout`` for ``procs`` to exit, then SIGKILL their groups and wait a bound."""
+    waits = [asyncio.ensure_future(p.wait()) for p in procs if p.returncode is None]
+    if not waits:
+        return
+    try:
+        _, pending = await asyncio.wait(waits, timeout=timeout)
+        if pending:
+            _kill_groups(procs)
+            _, pending = await asyncio.wait(pending, timeout=TASK_EXIT_S)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _kill_groups(procs: Iterable[asyncio.subprocess.Process]) -> None:
+    """SIGKILL the process group of every child still running (its group is its pid)."""
+    for proc in procs:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def _teardown(run: Run) -> None:
-    for m in run.members:
-        if m.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                m.proc.kill()
-            await m.proc.wait()
+    """End everything the run started, each wait bounded: members first, at once (their
+    verdict is taken or no longer wanted), then the run's tasks, then the broker."""
+    _kill_groups(m.proc for m in run.members)
+    await _settle(list(run.tasks))
+    await _reap([m.proc for m in run.members], TASK_EXIT_S)
     if run.broker is not None and run.broker.returncode is None:
-        run.broker.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(run.broker.wait(), 20)
-        except TimeoutError:
-            run.broker.kill()
-    for drain in run.drains:
-        drain.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            run.broker.send_signal(signal.SIGTERM)
+        await _reap([run.broker], 10.0)
 
 
 def _print(run: Run, v: Verdict) -> None:

@@ -1,0 +1,62 @@
+"""Start a chaos run's child (a consumer, the broker) so that it dies with the run.
+
+``python -m groupwire.cli.chaos.child PARENT_PID MODULE ARGS...`` arranges for this
+process to be SIGKILLed when its parent dies, then runs ``python -m MODULE ARGS...`` in
+it. The runner also puts each child in its own process group and kills that group on
+exit, but a runner that is itself SIGKILLed runs no exit code at all: only the kernel's
+parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``) covers that case, at no cost and
+without a thread. Where prctl is missing, a daemon thread polls ``os.getppid()`` instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+
+PR_SET_PDEATHSIG = 1
+WATCHDOG_PERIOD_S = 0.5
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent exits; False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return bool(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCHDOG_PERIOD_S)  # polling is the watchdog's whole job
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def guard(parent: int) -> None:
+    """Die with ``parent``: at once if it is already gone (we were re-parented)."""
+    if not _set_parent_death_signal():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                         name="parent-watchdog").start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    if len(sys.argv) < 3:
+        sys.exit("usage: python -m groupwire.cli.chaos.child PARENT_PID MODULE [ARGS...]")
+    guard(int(sys.argv[1]))
+    module = sys.argv[2]
+    sys.argv = [module, *sys.argv[3:]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
