@@ -2,9 +2,11 @@
 #   docker build -t groupwire .
 #   docker run -p 9092:9092 -p 9100:9100 -v groupwire-data:/data groupwire
 # Stage 1 builds the wheel from the sources only; stage 2 installs that wheel and its
-# runtime dependencies, nothing else (no compiler, no sources, no tests).
+# runtime dependencies, nothing else (no compiler, no sources, no tests). The base image
+# is pinned to an exact Python release (both stages: the wheel is pure Python, but one
+# interpreter builds and runs it); bump it deliberately.
 
-FROM python:3.11-slim AS builder
+FROM python:3.11.11-slim AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
@@ -20,7 +22,7 @@ COPY cli ./cli
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 
-FROM python:3.11-slim
+FROM python:3.11.11-slim
 
 LABEL org.opencontainers.image.title="groupwire" \
       org.opencontainers.image.description="Consumer-group broker with Kafka's group semantics" \

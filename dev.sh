@@ -25,6 +25,8 @@ Commands:
   run [ARGS]     the short demo (groupwire demo), then the broker with its storage
                  in ./data (.venv/bin/groupwire broker --data-dir ./data ARGS)
   demo [ARGS]    only the demo: a broker, a producer, three consumers, one killed
+  groupwire ARGS the groupwire command from .venv (.venv/bin/groupwire ARGS), e.g.
+                 ./dev.sh groupwire topics list; or `source .venv/bin/activate`
   test [ARGS]    run the test suite (python -m pytest -q ARGS),
                  e.g. ./dev.sh test tests/unit -x
   bench [ARGS]   the benchmarks, from this checkout (python -m bench.run ARGS; bench/
@@ -130,6 +132,10 @@ main() {
         demo)
             ensure_venv
             exec "$VENV/bin/groupwire" demo "$@"
+            ;;
+        groupwire)
+            ensure_venv
+            exec "$VENV/bin/groupwire" "$@"
             ;;
         test)
             ensure_venv

@@ -17,6 +17,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "groupwire.json"
+COMPOSE = ROOT / "docker-compose.yml"
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus.yml"
 
 # The metric names the broker exposes and the dashboard shows (the brief's contract).
 CONTRACT_METRICS = frozenset({
@@ -175,3 +177,51 @@ def dashboard_exprs() -> list[str]:
 
 def dashboard_metrics() -> set[str]:
     return {name for expr in dashboard_exprs() for name in metric_names(expr)}
+
+
+def yaml_list(text: str, key: str) -> list[str]:
+    """The plain items of a top-level block sequence ``key:`` (``  - item`` lines)."""
+    match = re.search(rf"^{key}:\s*\n((?:[ \t]+-[^\n]*\n|[ \t]*#[^\n]*\n)+)", text,
+                      re.MULTILINE)
+    if match is None:
+        return []
+    return [line.strip()[1:].strip().strip('"')
+            for line in match.group(1).splitlines() if line.strip().startswith("-")]
+
+
+def rule_files() -> list[Path]:
+    """The rule files deploy/prometheus.yml loads, resolved as Prometheus does."""
+    text = PROMETHEUS_CONFIG.read_text()
+    return [PROMETHEUS_CONFIG.parent / name for name in yaml_list(text, "rule_files")]
+
+
+def alert_rules(path: Path) -> dict[str, str]:
+    """``{alert name: expr}`` of a rule file, folded (``>-``) expressions joined."""
+    rules: dict[str, str] = {}
+    alert = ""
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        named = re.match(r"^\s*-\s*alert:\s*(\S+)", line)
+        if named:
+            alert = named.group(1)
+            continue
+        expr = re.match(r"^(\s*)expr:\s*(.*)$", line)
+        if not expr:
+            continue
+        assert alert and alert not in rules, f"{path.name}:{i + 1}: expr outside one alert"
+        indent, value = len(expr.group(1)), expr.group(2).strip()
+        if value in (">-", ">", "|", "|-"):
+            body = []
+            for more in lines[i + 1:]:
+                if more.strip() and len(more) - len(more.lstrip()) <= indent:
+                    break
+                body.append(more.strip())
+            value = " ".join(part for part in body if part)
+        rules[alert] = value
+    return rules
+
+
+def alert_metrics() -> set[str]:
+    """Metric families the shipped alert rules read."""
+    return {name for path in rule_files() for expr in alert_rules(path).values()
+            for name in metric_names(expr)}

@@ -111,11 +111,16 @@ def test_runtime_installs_only_the_built_wheel() -> None:
     assert re.search(r"pip install --no-cache-dir \S+\.whl", installs[0]), installs[0]
 
 
-def test_base_images_are_pinned_to_a_tag() -> None:
-    for ins in instructions(DOCKERFILE.read_text()):
-        if ins.keyword == "FROM":
-            image = ins.args.split()[0]
-            assert ":" in image and not image.endswith(":latest"), image
+# An exact release (3.11.11-slim, v3.1.0), not a moving tag (3.11-slim, latest).
+EXACT_TAG = re.compile(r"^[^:\s]+:v?\d+\.\d+\.\d+(-[a-z0-9.]+)?$")
+
+
+def test_base_images_are_pinned_to_an_exact_release() -> None:
+    images = [ins.args.split()[0] for ins in instructions(DOCKERFILE.read_text())
+              if ins.keyword == "FROM"]
+    assert images
+    for image in images:
+        assert EXACT_TAG.match(image), f"FROM {image}: pin an exact release"
 
 
 # --- docker-compose.yml (no YAML parser is a dependency: plain text checks) -----------
@@ -132,7 +137,7 @@ def test_compose_healthcheck_runs_the_image_healthcheck() -> None:
 
 def test_compose_bind_mounts_exist() -> None:
     sources = re.findall(r"^\s*-\s*\"?(\./[^:\s\"]+):", compose_text(), re.MULTILINE)
-    assert "./deploy/prometheus.yml" in sources
+    assert {"./deploy/prometheus.yml", "./deploy/rules"} <= set(sources)
     for source in sources:
         assert (ROOT / source).exists(), f"docker-compose.yml mounts missing {source}"
 
@@ -149,4 +154,9 @@ def test_compose_images_are_pinned() -> None:
     images = re.findall(r"^\s*image:\s*(\S+)", compose_text(), re.MULTILINE)
     assert len(images) >= 3
     for image in images:
-        assert ":" in image and not image.endswith(":latest"), image
+        assert EXACT_TAG.match(image), f"docker-compose.yml image {image}: pin an exact release"
+
+
+def test_compose_says_how_to_start_it() -> None:
+    assert "docker compose up --build" in compose_text()
+    assert "docker compose up --build" in (ROOT / "README.md").read_text()

@@ -24,6 +24,7 @@ import pytest
 
 from .imagefiles import (
     ROOT,
+    alert_metrics,
     dashboard_metrics,
     healthcheck_argv,
     image_argv,
@@ -211,6 +212,8 @@ def test_image_command_line_serves_health_metrics_and_stops_on_sigterm(
         families = set(re.findall(r"^# TYPE (\S+) ", exposition, re.MULTILINE))
         missing = dashboard_metrics() - families
         assert not missing, f"the dashboard reads metrics /metrics lacks: {sorted(missing)}"
+        missing = alert_metrics() - families
+        assert not missing, f"the alert rules read metrics /metrics lacks: {sorted(missing)}"
 
         proc.send_signal(signal.SIGTERM)
         try:

@@ -58,6 +58,23 @@ def test_configuration_page_has_every_setting_with_its_env_var() -> None:
         assert (opt.negative_flag or config.flag_of(opt.name)) in page
 
 
+def _help_flags(text: str) -> set[str]:
+    """Long flags the options section of a ``--help`` lists (``--help`` itself aside)."""
+    options = text.split("options:", 1)[1]
+    return set(re.findall(r"^\s{2}(--[a-z][a-z-]*)", options, flags=re.MULTILINE)) - {"--help"}
+
+
+def test_configuration_page_lists_every_flag_broker_help_shows() -> None:
+    """The page is generated from OPTIONS; a flag added to the parser another way would
+    be missing from it, and the README points here instead of carrying its own table."""
+    shown = _help_flags(_help("broker"))
+    assert {"--advertised-host", "--segment-bytes", "--log-retention-ms",
+            "--log-retention-bytes", "--log-retention-check-interval-ms",
+            "--log-level"} <= shown
+    listed = set(re.findall(r"^\| `(--[a-z-]+)`", HOOK.config_markdown(), flags=re.MULTILINE))
+    assert listed == shown
+
+
 def _exposed_names() -> set[str]:
     metrics = BrokerMetrics()
     metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0,
