@@ -34,6 +34,7 @@ from groupwire.broker.logs import configure_logging
 from groupwire.broker.server import Broker, StartupError
 from groupwire.cli.arguments import parse_address, positive_int
 from groupwire.cli.errors import CliError
+from groupwire.cli.output import console
 from groupwire.cli.running import run_loop
 from groupwire.client.connection import Connection
 from groupwire.client.producer import Producer
@@ -370,7 +371,7 @@ def register(subparsers: Any) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     configure_logging("console", "error")
-    return run_loop(lambda: run_demo(options_from(args), Console()))
+    return run_loop(lambda: run_demo(options_from(args), console()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -41,6 +41,13 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) 
     Console(soft_wrap=False).print(t)
 
 
+def console(*, stderr: bool = False) -> Console:
+    """Rich output for a person; piped, lines are never wrapped mid-sentence (a reader of
+    the log or a grep wants one event a line, whatever the width)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, soft_wrap=not stream.isatty())
+
+
 def note(text: str) -> None:
     """A progress note for a person waiting at a terminal (stderr; nothing when piped)."""
     if sys.stderr.isatty():

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from groupwire.cli.arguments import parse_address
 from groupwire.cli.errors import CliError
 from groupwire.cli.health import check_health
+from groupwire.cli.output import console as output_console
 from groupwire.cli.output import emit_json
 from groupwire.cli.running import run_loop
 from groupwire.pipeline.report.options import ReportError, add_arguments, parse_since
@@ -141,7 +140,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not health["ok"]:
         raise CliError(f"broker {host}:{port} does not answer: {health['error']}")
     out: Path = args.out
-    console = Console(stderr=True)
+    console = output_console(stderr=True)
     cmd = job_command(args.bootstrap, out, group=args.group, since_ms=since_ms,
                       master=args.master)
     with console.status("report: starting Spark", spinner="dots") as status:

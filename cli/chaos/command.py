@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from groupwire.broker.logs import configure_logging
 from groupwire.cli.chaos.runner import (
     EXTERNAL_SESSION_TIMEOUT_MS,
@@ -19,6 +17,7 @@ from groupwire.cli.chaos.runner import (
     run_chaos,
 )
 from groupwire.cli.errors import EXIT_FAILURE, CliError
+from groupwire.cli.output import console as output_console
 from groupwire.cli.output import emit_json
 from groupwire.cli.running import run_loop
 from groupwire.client.errors import GroupwireError
@@ -100,7 +99,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     opts = options_from(args)
     configure_logging("console", "error")
     # with --json, stdout carries the verdict only: progress and the table go to stderr
-    console = Console(stderr=True) if args.json else Console()
+    console = output_console(stderr=args.json)
     result: dict[str, object] = {}
 
     async def main() -> int:
