@@ -37,9 +37,20 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def bootstrap_list(text: str) -> str:
+    """An argparse ``type``: ``HOST:PORT[,HOST:PORT...]``, checked where it is parsed (a
+    usage error, exit 2) and kept as given for the SDK."""
+    try:
+        parse_bootstrap(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT[,HOST:PORT], got {text!r}"
+                                         ) from exc
+    return text
+
+
 def add_connection_flags(p: argparse.ArgumentParser) -> None:
     """``--bootstrap``, ``--timeout-ms`` and ``--json``, as every SDK subcommand takes them."""
-    p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP,
+    p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, type=bootstrap_list,
                    help=f"broker addresses HOST:PORT[,HOST:PORT] (default {DEFAULT_BOOTSTRAP})")
     p.add_argument("--timeout-ms", type=positive_int, default=10000,
                    help="give up on the broker after this long (default 10000)")

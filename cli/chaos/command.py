@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from groupwire.broker.logs import configure_logging
+from groupwire.cli.arguments import bootstrap_list, non_negative_int, positive_int
 from groupwire.cli.chaos.runner import (
     EXTERNAL_SESSION_TIMEOUT_MS,
     OWN_BROKER_SESSION_TIMEOUT_MS,
@@ -34,24 +35,24 @@ def register(subparsers: Any) -> None:
         "check that nothing is lost",
         description="Run a producer, consumer processes in one group and a fault schedule "
         "drawn from --seed; print a verdict, exit 1 on a violation.")
-    p.add_argument("--bootstrap", default=None,
+    p.add_argument("--bootstrap", default=None, type=bootstrap_list,
                    help="an existing broker HOST:PORT (default: start one on temporary storage)")
-    p.add_argument("--consumers", type=int, default=d.consumers,
+    p.add_argument("--consumers", type=positive_int, default=d.consumers,
                    help=f"consumer processes (default {d.consumers})")
-    p.add_argument("--faults", type=int, default=d.faults,
+    p.add_argument("--faults", type=non_negative_int, default=d.faults,
                    help=f"consumer faults: kill, freeze, restart, add, remove (default {d.faults})")
-    p.add_argument("--records", type=int, default=d.records,
+    p.add_argument("--records", type=positive_int, default=d.records,
                    help=f"records to produce (default {d.records})")
-    p.add_argument("--rate", type=int, default=d.rate,
+    p.add_argument("--rate", type=positive_int, default=d.rate,
                    help=f"records per second (default {d.rate})")
-    p.add_argument("--partitions", type=int, default=d.partitions,
+    p.add_argument("--partitions", type=positive_int, default=d.partitions,
                    help=f"partitions (default {d.partitions})")
-    p.add_argument("--broker-faults", type=int, default=d.broker_faults,
+    p.add_argument("--broker-faults", type=non_negative_int, default=d.broker_faults,
                    help=f"SIGKILL and restart the run's own broker this often "
                    f"(default {d.broker_faults})")
     p.add_argument("--seed", type=int, default=d.seed,
                    help=f"fault schedule seed (default {d.seed})")
-    p.add_argument("--session-timeout-ms", type=int, default=None,
+    p.add_argument("--session-timeout-ms", type=positive_int, default=None,
                    help=f"consumers' session timeout (default {OWN_BROKER_SESSION_TIMEOUT_MS} "
                    f"with the run's own broker, {EXTERNAL_SESSION_TIMEOUT_MS} with --bootstrap: "
                    f"the lowest a broker with default settings accepts)")
@@ -79,15 +80,6 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
         rate=args.rate, report=args.report, rebalance_report=args.rebalance_report,
         topic=args.topic, group=args.group)
-    for flag, value in (("--consumers", opts.consumers), ("--records", opts.records),
-                        ("--rate", opts.rate), ("--partitions", opts.partitions)):
-        if value < 1:
-            raise CliError(f"{flag}: must be at least 1, not {value}")
-    for flag, value in (("--faults", opts.faults), ("--broker-faults", opts.broker_faults)):
-        if value < 0:
-            raise CliError(f"{flag}: must not be negative, not {value}")
-    if opts.session_timeout_ms is not None and opts.session_timeout_ms < 1:
-        raise CliError(f"--session-timeout-ms: must be positive, not {opts.session_timeout_ms}")
     if opts.rebalance_report and opts.report is None:
         raise CliError("--rebalance-report: needs --report DIR to write it into")
     if opts.bootstrap is not None and opts.broker_faults:

@@ -48,6 +48,9 @@ def test_every_subcommand_is_registered() -> None:
 
 @pytest.mark.parametrize("argv", [
     ["topics", "create", "t", "--partitions", "-1"],
+    ["topics", "list", "--bootstrap", "localhost"],
+    ["consume", "--topic", "t", "--bootstrap", "h:1,nowhere"],
+    ["chaos", "--consumers", "0"],
     ["topics", "create", "t", "--partitions", "0"],
     ["topics", "create", "t", "--replication-factor", "0"],
     ["topics", "list", "--timeout-ms", "-1"],
