@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from groupwire.broker.config import BrokerSettings, SettingsError, parse_settings
+from groupwire.client.admin import Admin
+from groupwire.client.types import TopicPartition
 
 
 def _groupwire(*args: str, env: dict[str, str] | None = None,
@@ -72,8 +75,6 @@ def test_every_broker_flag_has_help() -> None:
 
 
 async def test_health_reports_a_live_broker_and_a_dead_port(broker) -> None:  # type: ignore[no-untyped-def]
-    import asyncio
-
     ok = await asyncio.to_thread(_groupwire, "health", "--bootstrap",
                                  f"127.0.0.1:{broker.port}", "--json")
     assert ok.returncode == 0 and '"ok": true' in ok.stdout
@@ -91,8 +92,6 @@ SIGNAL_EXIT_S = 20  # a bound for a hang, not a timing claim
 
 @pytest.fixture
 async def admin(broker):  # type: ignore[no-untyped-def]
-    from groupwire.client.admin import Admin
-
     async with Admin(f"127.0.0.1:{broker.port}", request_timeout_ms=5000) as a:
         yield a
 
@@ -105,8 +104,6 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 
 async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
     """Poll the broker's state (the subprocess gives no other event) for a bounded time."""
-    import asyncio
-
     for _ in range(400):
         if await check():
             return
@@ -117,9 +114,6 @@ async def _until(check, what: str) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 async def test_a_signal_ends_produce_on_an_open_stdin_with_its_summary(  # type: ignore[no-untyped-def]
         broker, admin, sig: signal.Signals) -> None:
-    import asyncio
-
-    from groupwire.client.types import TopicPartition
 
     await admin.create_topics("typed", 1)
     proc = _spawn("produce", "--topic", "typed", "--bootstrap", f"127.0.0.1:{broker.port}")
@@ -144,8 +138,6 @@ async def test_a_signal_ends_produce_on_an_open_stdin_with_its_summary(  # type:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 async def test_a_signal_ends_consume_leaving_its_group(  # type: ignore[no-untyped-def]
         broker, admin, sig: signal.Signals) -> None:
-    import asyncio
-
     await admin.create_topics("feed", 2)
     proc = _spawn("consume", "--topic", "feed", "--group", "watchers",
                   "--bootstrap", f"127.0.0.1:{broker.port}")
@@ -167,8 +159,6 @@ async def test_a_signal_ends_consume_leaving_its_group(  # type: ignore[no-untyp
 
 async def test_piped_output_is_plain_lines_that_never_wrap(  # type: ignore[no-untyped-def]
         broker, admin) -> None:
-    import asyncio
-
     long_name = "a-topic-whose-name-alone-is-longer-than-a-narrow-terminal-" + "x" * 40
     await admin.create_topics(long_name, 2)
     env = {"COLUMNS": "80"}
