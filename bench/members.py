@@ -176,6 +176,10 @@ class Tracker:
             if len(self._settled) == len(self.expected):
                 self.all_settled.set()
 
+    @property
+    def settled_count(self) -> int:
+        return len(self._settled)
+
     def expect(self, expected: dict[str, int]) -> None:
         """Wait for a new settlement (after a leave) with these group sizes."""
         self.expected = dict(expected)
@@ -198,13 +202,19 @@ async def consume_membership(m: Member, partitions: int, tracker: Tracker,
             j = await join(m)
             if j.error_code in _REJOIN:
                 continue
+            if j.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                return  # left: nothing more to do
             if j.error_code != ErrorCode.NONE:
-                return  # left (UNKNOWN_MEMBER_ID) or refused: nothing more to do
+                raise GroupSetupError(f"JoinGroup {m.group_id}: "
+                                      f"{ErrorCode.name_of(j.error_code)}")
             s = await sync(m, partitions)
             if s.error_code in _REJOIN:
                 continue
-            if s.error_code != ErrorCode.NONE:
+            if s.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 return
+            if s.error_code != ErrorCode.NONE:
+                raise GroupSetupError(f"SyncGroup {m.group_id}: "
+                                      f"{ErrorCode.name_of(s.error_code)}")
             tracker.synced(m)
             while (hb := await heartbeat(m, hb_wait_ms)).error_code == ErrorCode.NONE:
                 if stop.is_set():
@@ -226,9 +236,44 @@ async def form_groups(members: Sequence[Member], partitions: int, hb_wait_ms: in
     stop = asyncio.Event()
     tasks = [asyncio.create_task(consume_membership(m, partitions, tracker, hb_wait_ms, stop))
              for m in members]
-    await tracker.all_settled.wait()
+    try:
+        await settled(tracker, tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     stop.set()
     await asyncio.gather(*tasks)
+
+
+SETTLE_TIMEOUT_S = 300.0
+"""The longest the benchmarks wait for groups to form: ten thousand members settle in well
+under a minute here, so reaching it means the broker is refusing or stuck."""
+
+
+async def settled(tracker: Tracker, tasks: Sequence[asyncio.Task[None]],
+                  timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    """Wait for ``tracker`` to settle; raise at once when a member's task fails (a join
+    the broker refused), and :class:`GroupSetupError` when ``timeout_s`` runs out."""
+    waiter = asyncio.ensure_future(tracker.all_settled.wait())
+    pending: set[asyncio.Future[None]] = {waiter, *tasks}
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    try:
+        while not waiter.done():
+            remaining = deadline - asyncio.get_running_loop().time()
+            done, pending = await asyncio.wait(pending, timeout=max(remaining, 0),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise GroupSetupError(
+                    f"groups not formed within {timeout_s:.0f} s: "
+                    f"{len(tracker.expected) - tracker.settled_count} of "
+                    f"{len(tracker.expected)} still rebalancing")
+            for t in done:
+                if t is not waiter and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+    finally:
+        waiter.cancel()
 
 
 async def leave(m: Member) -> LeaveGroupResponse:
@@ -265,6 +310,10 @@ async def populate(port: int, members: int, group_size: int, session_timeout_ms:
                                 session_timeout_ms=session_timeout_ms)
     # a connection holds only so many parked joins: form the groups a batch at a time
     batch = max(1, SETUP_CONNECTIONS * PARKED_PER_CONNECTION // group_size) * group_size
-    for i in range(0, len(everyone), batch):
-        await form_groups(everyone[i:i + batch], partitions=group_size)
+    try:
+        for i in range(0, len(everyone), batch):
+            await form_groups(everyone[i:i + batch], partitions=group_size)
+    except BaseException:
+        await close_connections(conns)
+        raise
     return conns, everyone

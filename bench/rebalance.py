@@ -26,6 +26,7 @@ from bench.members import (
     get_member_ids,
     new_members,
     open_connections,
+    settled,
 )
 from groupwire.client.connection import ConnectionClosedError
 from groupwire.protocol.messages import LeaveGroupRequest, LeaveGroupResponse, MemberIdentity
@@ -59,7 +60,7 @@ async def one_group(port: int, group_id: str, size: int, connections: int,
             m, PARTITIONS, tracker, HB_WAIT_MS, stops[id(m)])) for m in members]
         await asyncio.sleep(0)  # every member's task has now written its JoinGroup
         t0 = time.perf_counter()
-        await tracker.all_settled.wait()
+        await settled(tracker, tasks)
         join_ms = (tracker.last_synced_at - t0) * 1000
 
         leaver = next(m for m in reversed(members) if not m.is_leader)
@@ -69,7 +70,7 @@ async def one_group(port: int, group_id: str, size: int, connections: int,
         await leaver.conn.send(LeaveGroupRequest(
             group_id=group_id, members=[MemberIdentity(member_id=leaver.member_id)]),
             response_type=LeaveGroupResponse)
-        await tracker.all_settled.wait()
+        await settled(tracker, tasks)
         leave_ms = (max(tracker.last_synced_at, t0) - t0) * 1000
         return join_ms, leave_ms
     finally:

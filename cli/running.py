@@ -115,22 +115,11 @@ def run_sdk(main: Callable[[Stop], Awaitable[int]], *, graceful: bool = False) -
     except BrokenPipeError:  # stdout's reader left: groupwire.cli.main's to handle
         raise
     except BrokerNotAvailableError as exc:
-        raise CliError(one_line(exc)) from exc
+        raise CliError(str(exc)) from exc
     except (GroupwireError, ValueError, TypeError) as exc:
-        raise CliError(one_line(exc) or type(exc).__name__) from exc
+        raise CliError(str(exc) or type(exc).__name__) from exc
     except (OSError, ConnectionError) as exc:
         raise CliError(f"connection failed: {exc}") from exc
-
-
-def one_line(exc: BaseException) -> str:
-    """The error's text with a repeated subject said once: the SDK prefixes the broker's
-    message with its subject, which the broker's message often names already
-    (``CODE: topic 'a': topic 'a' already exists`` becomes ``CODE: topic 'a' already
-    exists``)."""
-    parts = str(exc).split(": ")
-    kept = [p for i, p in enumerate(parts)
-            if not (i + 1 < len(parts) and p and parts[i + 1].startswith(p))]
-    return ": ".join(kept)
 
 
 def run_with_admin(args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]]) -> int:

@@ -163,7 +163,7 @@ class Admin:
         for r in resp.topics:
             if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
                 continue
-            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}")
+            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}", r.name)
             out[r.name] = r.num_partitions
         return out
 
@@ -172,7 +172,7 @@ class Admin:
         resp = await self._send(CreatePartitionsRequest(
             topics=[CreatePartitionsTopic(name=topic, count=total)]), CreatePartitionsResponse)
         for r in resp.results:
-            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}")
+            _raise_for(r.error_code, r.error_message, f"topic {r.name!r}", r.name)
 
     async def list_topics(self, *, include_internal: bool = False) -> dict[str, int]:
         """Topic name -> partition count (internal topics only when asked)."""
@@ -367,9 +367,14 @@ class Admin:
         return resp
 
 
-def _raise_for(code: int, message: str | None, what: str) -> None:
-    if code != ErrorCode.NONE:
-        raise error_for(code, f"{what}: {message}" if message else what)
+def _raise_for(code: int, message: str | None, what: str, name: str | None = None) -> None:
+    """Raise for an error code, naming ``what`` (``topic 'a'``) unless the broker's
+    message already names it (``topic 'a' already exists``, ``invalid topic name 'a'``)."""
+    if code == ErrorCode.NONE:
+        return
+    if message and name is not None and repr(name) in message:
+        raise error_for(code, message)
+    raise error_for(code, f"{what}: {message}" if message else what)
 
 
 def _assignment(data: bytes) -> list[TopicPartition] | None:

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from groupwire.client.connection import Connection
+from groupwire.client.connection import Connection, show_answer
 from groupwire.client.errors import (
     BrokerNotAvailableError,
     ClientClosedError,
@@ -77,8 +77,6 @@ def _reason(exc: BaseException) -> str:
         return "connection refused"
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
-    if isinstance(exc, ConnectionClosedError):
-        return "connection closed before the broker answered"
     return str(exc) or type(exc).__name__
 
 
@@ -130,6 +128,8 @@ class Cluster:
         self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
         self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
         self.api_versions: dict[ApiKey, int] = {}
+        self.broker_versions: ApiVersionsResponse | None = None
+        """The latest ApiVersions answer, as the broker sent it."""
         self.metadata_cache: ClusterMetadata | None = None
         self._conn: Connection | None = None
         self._lock: asyncio.Lock | None = None
@@ -186,7 +186,7 @@ class Cluster:
             host, port = self.bootstrap[self._next_address % n]
             remaining = deadline - loop.time()
             try:
-                conn = await self._open_one(host, port, max(remaining, 0.001))
+                conn = await self.open_one(host, port, max(remaining, 0.001))
             except (OSError, TimeoutError, ConnectionClosedError, IncompatibleBrokerError
                     ) as exc:
                 round_failures[f"{host}:{port}"] = latest[f"{host}:{port}"] = exc
@@ -209,26 +209,45 @@ class Cluster:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _open_one(self, host: str, port: int, timeout: float) -> Connection:
-        conn = await Connection.open(host, port, client_id=self.client_id,
-                                     max_frame_bytes=self.max_frame_bytes,
-                                     connect_timeout=timeout)
+    async def open_one(self, host: str, port: int, timeout: float) -> Connection:
+        """One connection to ``host:port``, opened and checked by ApiVersions within
+        ``timeout`` s in all, with no retry: raises what went wrong (OSError for a refusal,
+        :class:`IncompatibleBrokerError` for a peer that is no groupwire broker,
+        ConnectionClosedError for one that hung up, TimeoutError for silence; the last two
+        say what happened without the address, which the caller names)."""
+        address = f"{host}:{port}"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            conn = await Connection.open(host, port, client_id=self.client_id,
+                                         max_frame_bytes=self.max_frame_bytes,
+                                         connect_timeout=timeout)
+        except TimeoutError:
+            raise TimeoutError(f"no connection within {timeout * 1000:.0f} ms") from None
         try:
             resp = await conn.send(
                 ApiVersionsRequest(client_software_name=SOFTWARE_NAME,
                                    client_software_version=SOFTWARE_VERSION),
-                timeout=timeout, response_type=ApiVersionsResponse)
+                timeout=max(deadline - loop.time(), 0.001), response_type=ApiVersionsResponse)
             self._check_versions(resp)
         except ConnectionClosedError as exc:
             await conn.close()
-            if isinstance(conn.failure, ProtocolError):
+            head = conn.received_head
+            if isinstance(conn.failure, ProtocolError) or head:
+                why = (f"it answered {show_answer(head)}" if head else
+                       f"its answer is not the groupwire protocol ({conn.failure})")
+                if not isinstance(conn.failure, ProtocolError):
+                    why += " and closed the connection"
                 raise IncompatibleBrokerError(
-                    f"{host}:{port} is not a groupwire broker: its answer to ApiVersions "
-                    f"is not the groupwire protocol ({conn.failure})") from exc
-            raise
+                    f"{address} is not a groupwire broker: {why}",
+                    reason=f"not a groupwire broker: {why}") from exc
+            how = "reset" if isinstance(conn.failure, ConnectionResetError) else "closed"
+            raise ConnectionClosedError(f"{how} the connection without answering") from exc
         except TimeoutError:
             await conn.close()
-            raise TimeoutError(f"{host}:{port} did not answer ApiVersions in time") from None
+            raise TimeoutError(f"connected, but no answer to ApiVersions within "
+                               f"{timeout * 1000:.0f} ms (is it a groupwire broker?)"
+                               ) from None
         except BaseException:
             await conn.close()
             raise
@@ -237,10 +256,11 @@ class Cluster:
             # Accept at least what the broker may send: reopen with its limit.
             self.max_frame_bytes = announced
             await conn.close()
-            return await self._open_one(host, port, timeout)
+            return await self.open_one(host, port, max(deadline - loop.time(), 0.001))
         return conn
 
     def _check_versions(self, resp: ApiVersionsResponse) -> None:
+        self.broker_versions = resp
         if resp.error_code != ErrorCode.NONE:
             raise error_for(resp.error_code, resp.error_message or "ApiVersions")
         theirs = {v.api_key: (v.min_version, v.max_version) for v in resp.api_keys}
@@ -252,7 +272,9 @@ class Cluster:
             top = min(hi, b_hi)
             if top < max(lo, b_lo):
                 raise IncompatibleBrokerError(
-                    f"{key.name}: broker supports v{b_lo}-{b_hi}, client v{lo}-{hi}")
+                    f"{key.name}: broker supports v{b_lo}-{b_hi}, client v{lo}-{hi}",
+                    reason=f"incompatible: {key.name}: broker supports v{b_lo}-{b_hi}, "
+                           f"client v{lo}-{hi}")
             chosen[key] = top
         self.api_versions = chosen
 

@@ -21,9 +21,18 @@ from groupwire.protocol.messages import Request, Response, response_type_for
 R = TypeVar("R", bound=Response)
 
 _READ_CHUNK = 256 * 1024
+_HEAD_BYTES = 64
 _MAX_ABANDONED = 4096
 CLOSE_TIMEOUT_S = 1.0
 """The longest ``close()`` waits for each of the reader task and the socket."""
+
+
+def show_answer(data: bytes) -> str:
+    """The start of a peer's first line, quoted and printable: ``'HTTP/1.1 400 Bad
+    Request'``; what a person needs to recognise what answered instead of a broker."""
+    line = data.split(b"\n", 1)[0].rstrip(b"\r")
+    text = "".join(c if c.isprintable() else "." for c in line[:40].decode("latin-1"))
+    return repr(text + ("..." if len(line) > 40 or len(line) < len(data) - 2 else ""))
 
 
 class Connection:
@@ -41,6 +50,7 @@ class Connection:
         # treated as unknown correlation ids (which would close a healthy connection).
         self._abandoned: set[int] = set()
         self._closed_exc: BaseException | None = None
+        self._head = b""
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -63,6 +73,11 @@ class Connection:
         that answered something other than groupwire frames."""
         return self._closed_exc
 
+    @property
+    def received_head(self) -> bytes:
+        """The first bytes the peer sent: what to quote when they were not groupwire's."""
+        return self._head
+
     async def send(self, request: Request, *, timeout: float | None = None,
                    response_type: type[R] | None = None) -> R:
         """Send ``request`` and wait for its response (raises ConnectionClosedError)."""
@@ -82,6 +97,10 @@ class Connection:
             if not future.done():
                 raise TimeoutError(f"no answer from {self.peer} within {timeout} s")
             response = future.result()
+        except TimeoutError:
+            # An OSError, but the connection is fine: it stays open and a late answer is
+            # dropped as abandoned (the finally below).
+            raise
         except (ConnectionError, OSError) as exc:
             self._fail(exc)
             raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
@@ -99,6 +118,8 @@ class Connection:
                 data = await self._reader.read(_READ_CHUNK)
                 if not data:
                     raise ConnectionClosedError(f"connection to {self.peer} closed by peer")
+                if len(self._head) < _HEAD_BYTES:
+                    self._head += data[:_HEAD_BYTES - len(self._head)]
                 for payload in self._decoder.feed(data):
                     self._deliver(payload)
         except asyncio.CancelledError:

@@ -232,12 +232,17 @@ class Consumer:
             return
         self._rebalance.unsubscribe(owned)
 
-    async def wait_for_leave(self) -> None:
-        """Wait until the revoke-and-leave started by ``unsubscribe()`` has finished
-        (returns at once when none is pending)."""
+    async def wait_for_leave(self, timeout_ms: int | None = None) -> bool:
+        """Wait, at most ``timeout_ms`` (default: the close timeout), until the
+        revoke-and-leave started by ``unsubscribe()`` has finished; False if it is still
+        running (a slow ``on_partitions_revoked``, a broker that does not answer), which
+        ``close()`` then bounds in turn. True at once when none is pending."""
         task = self._rebalance.leave_task
-        if task is not None:
-            await asyncio.wait({task})
+        if task is None:
+            return True
+        timeout = self._close_timeout if timeout_ms is None else timeout_ms / 1000
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return bool(done)
 
     def assignment(self) -> set[TopicPartition]:
         return self._subs.assigned()

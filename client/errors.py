@@ -131,7 +131,13 @@ class BrokerNotAvailableError(GroupwireError, ConnectionError):
 
 
 class IncompatibleBrokerError(GroupwireError):
-    """The broker's ApiVersions share no version with this client for an API it needs."""
+    """The peer is no groupwire broker, or shares no version with this client of an API
+    it needs; waiting will not mend either."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+        """The cause without the address, for a caller that names the address itself."""
 
 
 class ConnectionClosedError(ConnectionError):

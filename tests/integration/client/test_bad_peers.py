@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from groupwire.client.admin import Admin
+from groupwire.client.connection import Connection
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import BrokerNotAvailableError, IncompatibleBrokerError
 from groupwire.client.producer import Producer
+from groupwire.protocol.messages import ApiVersionsRequest
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LONG_MS = 30000
@@ -96,10 +98,43 @@ async def test_a_peer_speaking_another_protocol_is_incompatible(kind: str,
             await start(CLIENTS[kind](address))
 
 
+async def test_the_error_quotes_what_the_peer_answered() -> None:
+    async for address in serve(_http):
+        with pytest.raises(IncompatibleBrokerError) as info:
+            await start(Admin(address, request_timeout_ms=LONG_MS))
+    assert "it answered 'HTTP/1.1 400 Bad Request...'" in str(info.value)
+
+
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()  # reads, never answers (an HTTP server waiting for a line end)
+
+
+async def test_a_silent_peer_is_named_as_such_when_the_request_timeout_ends() -> None:
+    async for address in serve(_silent):
+        with pytest.raises(BrokerNotAvailableError,
+                           match=f"at {address}: connected, but no answer to ApiVersions "
+                           "within"):
+            await asyncio.wait_for(Admin(address, request_timeout_ms=300).start(), BOUND_S)
+
+
+async def test_a_request_timeout_leaves_the_connection_open() -> None:
+    """A timeout is the request's, not the connection's: the connection stays usable and
+    it is a TimeoutError (an OSError, once taken for a failed connection)."""
+    async for address in serve(_silent):
+        host, port = address.split(":")
+        conn = await Connection.open(host, int(port))
+        try:
+            with pytest.raises(TimeoutError, match="no answer from"):
+                await conn.send(ApiVersionsRequest(), timeout=0.05)
+            assert not conn.closed
+        finally:
+            await conn.close()
+
+
 @pytest.mark.parametrize("kind", sorted(CLIENTS))
 async def test_a_peer_that_closes_at_once_is_given_up_on(kind: str) -> None:
     async for address in serve(_close_at_once):
         with pytest.raises(BrokerNotAvailableError,
-                           match=f"at {address}: connection closed before the broker "
-                           r"answered \(is it a groupwire broker\?\)"):
+                           match=f"at {address}: closed the connection without answering "
+                           r"\(is it a groupwire broker\?\)"):
             await start(CLIENTS[kind](address))

@@ -52,6 +52,9 @@ async def test_topics_create_list_describe(capsys: pytest.CaptureFixture[str],
     code, _, err = await run(capsys, "topics", "create", "orders", *b)
     assert code == 1 and err.count("\n") == 1 and "TOPIC_ALREADY_EXISTS" in err
     assert err.count("topic 'orders'") == 1, err  # said once, not "X: X already exists"
+    code, _, err = await run(capsys, "topics", "create", "", *b)
+    assert code == 1 and "INVALID_TOPIC_EXCEPTION: invalid topic name ''" in err
+    assert err.count("''") == 1, err
     code, out, _ = await run(capsys, "topics", "create", "orders", "--if-not-exists", *b)
     assert code == 0 and "topic 'orders' already exists" in out and "created" not in out
     assert await run_json(capsys, "topics", "create", "orders", "more", "--if-not-exists",

@@ -13,6 +13,7 @@ from groupwire.broker.server import Broker
 from groupwire.client.connection import Connection
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import FencedInstanceIdError
+from groupwire.client.listener import RebalanceListener
 from groupwire.client.types import TopicPartition
 from groupwire.protocol.messages import (
     CreatePartitionsRequest,
@@ -201,6 +202,26 @@ async def test_close_leaves_for_dynamic_but_not_static_members(broker: Broker,
             assert [m.group_instance_id for m in described.members] == [instance]
 
 
+async def test_wait_for_leave_is_bounded_by_a_stuck_revoke_callback(
+        broker: Broker, admin: Connection) -> None:
+    await create_topic(admin, TOPIC, 1)
+    release = asyncio.Event()
+
+    class Stuck(RebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            await release.wait()
+
+    async with Consumer(bootstrap(broker), group_id="stuck",
+                        **{**FAST, "close_timeout_ms": 200}) as c:
+        c.subscribe([TOPIC], listener=Stuck())
+        await poll_until(c, lambda: bool(c.assignment()))
+        c.unsubscribe()
+        assert await asyncio.wait_for(c.wait_for_leave(timeout_ms=50), 5) is False
+        assert await asyncio.wait_for(c.wait_for_leave(), 5) is False  # the close timeout
+        release.set()
+        assert await asyncio.wait_for(c.wait_for_leave(), 5) is True
+
+
 async def test_unsubscribe_revokes_and_leaves(broker: Broker, admin: Connection) -> None:
     await create_topic(admin, TOPIC, 2)
     rec = Recorder()
@@ -210,7 +231,7 @@ async def test_unsubscribe_revokes_and_leaves(broker: Broker, admin: Connection)
         owned = frozenset(c.assignment())
         c.unsubscribe()
         assert c.assignment() == set() and c.member_id == ""
-        await asyncio.wait_for(c.wait_for_leave(), 10)  # revoked, then LeaveGroup
+        assert await asyncio.wait_for(c.wait_for_leave(), 10)  # revoked, then LeaveGroup
         assert rec.events[-1] == ("revoked", owned)
         assert (await _describe(admin, "unsub")).group_state == "Empty"
         c.subscribe([TOPIC], listener=rec)  # and it can come back as a new member

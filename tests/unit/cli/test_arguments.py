@@ -8,7 +8,6 @@ from groupwire.cli.arguments import parse_address
 from groupwire.cli.chaos.command import options_from
 from groupwire.cli.errors import CliError
 from groupwire.cli.main import build_parser
-from groupwire.cli.running import one_line
 
 
 @pytest.mark.parametrize(("text", "address"), [
@@ -77,13 +76,3 @@ def test_good_numbers_pass() -> None:
     assert args.history == 0
     args = build_parser().parse_args(["consume", "--topic", "t", "--max-messages", "1"])
     assert args.max_messages == 1
-
-
-@pytest.mark.parametrize(("text", "said"), [
-    ("TOPIC_ALREADY_EXISTS: topic 'orders': topic 'orders' already exists",
-     "TOPIC_ALREADY_EXISTS: topic 'orders' already exists"),
-    ("UNKNOWN_TOPIC_OR_PARTITION: topic 'x'", "UNKNOWN_TOPIC_OR_PARTITION: topic 'x'"),
-    ("NON_EMPTY_GROUP: crew: group has members", "NON_EMPTY_GROUP: crew: group has members"),
-])
-def test_an_error_names_its_subject_once(text: str, said: str) -> None:
-    assert one_line(Exception(text)) == said
