@@ -181,8 +181,12 @@ class Consumer:
         try:
             await asyncio.wait_for(self._rebalance.close_group(self._stop_heartbeat),
                                    self._close_timeout)
+        except TimeoutError:
+            log.warning("consumer close: committing and leaving the group did not finish "
+                        "within close_timeout_ms=%d; closed without them",
+                        self._close_timeout * 1000)
         except Exception as exc:  # close must finish whatever happens
-            log.warning("consumer close: %s", exc)
+            log.warning("consumer close: %s", str(exc) or repr(exc))
         finally:
             self._closed = True
             self._fetcher.cancel()
