@@ -35,7 +35,7 @@ from groupwire.broker.server import Broker, StartupError
 from groupwire.cli.arguments import parse_address, positive_int
 from groupwire.cli.errors import CliError
 from groupwire.cli.output import console
-from groupwire.cli.running import run_loop
+from groupwire.cli.running import run_sdk
 from groupwire.client.connection import Connection
 from groupwire.client.producer import Producer
 from groupwire.protocol.batches import decode_records
@@ -148,6 +148,8 @@ async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int
     consumers: list[ConsumerProc] = []
     readers: list[asyncio.Future[None]] = []
     watcher: asyncio.Future[None] | None = None
+    produced: dict[int, int] = {}
+    interrupted = False
     try:
         created = await admin.send(CreateTopicsRequest(topics=[
             CreatableTopic(name=target.topic, num_partitions=opts.partitions)]),
@@ -165,9 +167,11 @@ async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int
         watcher = asyncio.ensure_future(_watch_events(target, events_from, console,
                                                      signals))
         await _wait_stable(watcher, opts.consumers, signals)
-        produced = await _produce(target, opts, consumers, console, signals)
-        total = sum(produced.values())
+        await _produce(target, opts, consumers, console, signals, produced)
         await _wait_consumed(consumers, produced, console, signals)
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM
+        interrupted = True
+        raise
     finally:
         if watcher is not None:
             watcher.cancel()  # the consumers' shutdown is not part of the story
@@ -175,6 +179,13 @@ async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int
         for r in readers:
             r.cancel()
         await admin.close()
+        if interrupted:
+            console.print()
+            console.print(f"[bold]interrupted[/]: produced {sum(produced.values())} of "
+                          f"{opts.messages}, consumed "
+                          f"{len(set().union(*(c.seen for c in consumers)))} distinct; "
+                          "losses are checked only when the run ends by itself")
+    total = sum(produced.values())
     consumed = set().union(*(c.seen for c in consumers))
     twice = sum(len(c.seen) for c in consumers) - len(consumed)
     missing = total - len(consumed)
@@ -314,8 +325,9 @@ async def _wait_stable(watcher: asyncio.Future[None], members: int,
 
 
 async def _produce(target: _Target, opts: DemoOptions, consumers: list[ConsumerProc],
-                   console: Console, signals: _Signals) -> dict[int, int]:
-    produced: dict[int, int] = {}
+                   console: Console, signals: _Signals, produced: dict[int, int]) -> None:
+    """Produce ``opts.messages``, counting acknowledged ones per partition in ``produced``
+    as they come (an interrupted run reports how far it got)."""
     victim = consumers[1] if len(consumers) > 1 else None
     async with Producer(target.bootstrap, client_id="demo-producer",
                         linger_ms=5) as producer:
@@ -340,7 +352,6 @@ async def _produce(target: _Target, opts: DemoOptions, consumers: list[ConsumerP
         for meta in await asyncio.gather(*pending):
             produced[meta.partition] = produced.get(meta.partition, 0) + 1
     console.print(f"produced {opts.messages} messages")
-    return produced
 
 
 async def _wait_consumed(consumers: list[ConsumerProc], produced: dict[int, int],
@@ -371,7 +382,7 @@ def register(subparsers: Any) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     configure_logging("console", "error")
-    return run_loop(lambda: run_demo(options_from(args), console()))
+    return run_sdk(lambda stop: run_demo(options_from(args), console()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -180,6 +180,10 @@ def consume(args: argparse.Namespace) -> int:
                     consumer.subscribe([args.topic])
                     note(f"joining group {args.group!r} (the first assignment can take the "
                          "broker's initial rebalance delay, a few seconds)")
+                if not args.from_beginning:
+                    note(f"waiting for new records on {args.topic!r} (records already there "
+                         "are read with --from-beginning, or from the group's committed "
+                         "offsets; Ctrl-C stops)")
                 async for r in _records(args, consumer, stop):
                     shown += 1
                     _print_record(args, r)

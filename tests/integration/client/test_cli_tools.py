@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -201,3 +202,22 @@ async def test_consume_without_and_with_a_group(capsys: pytest.CaptureFixture[st
         code, _, err = await run(capsys, "consume", "--topic", "nope", "--max-messages", "1",
                                  *group, *b)
         assert code == 1 and "unknown topic 'nope'" in err and err.count("\n") == 1
+
+
+async def test_consume_says_what_it_waits_for_on_a_terminal(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        bootstrap: str) -> None:
+    """Without --from-beginning only new records come: a person at a terminal is told so,
+    rather than left looking at nothing."""
+    b = ("--bootstrap", bootstrap)
+    await run(capsys, "topics", "create", "quiet", *b)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["consume", "--topic", "quiet",
+                                          "--idle-timeout-ms", "100", *b])
+    err = capsys.readouterr().err
+    assert code == 0 and "waiting for new records on 'quiet'" in err
+    assert "--from-beginning" in err
+    code = await asyncio.to_thread(main, ["consume", "--topic", "quiet", "--from-beginning",
+                                          "--idle-timeout-ms", "100", *b])
+    assert code == 0 and "waiting for new records" not in capsys.readouterr().err
