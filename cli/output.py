@@ -20,25 +20,29 @@ def to_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print ``rows`` under ``title``; ``None`` cells show as ``-``.
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], *,
+          out: Console | None = None) -> None:
+    """Print ``rows`` under ``title`` on ``out`` (default: stdout); ``None`` cells show
+    as ``-``.
 
     On a terminal, a rich table; piped, the title on its own line, then the header and
     one line per row with tab-separated cells, however long.
     """
     cells = [["-" if v is None else str(v) for v in row] for row in rows]
-    if not to_terminal():
-        print(title)
-        print("\t".join(columns))
+    terminal = to_terminal() if out is None else out.is_terminal
+    if not terminal:
+        stream = None if out is None else out.file
+        print(title, file=stream)
+        print("\t".join(columns), file=stream)
         for row in cells:
-            print("\t".join(row))
+            print("\t".join(row), file=stream)
         return
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in cells:
         t.add_row(*row)
-    Console(soft_wrap=False).print(t)
+    (out or Console(soft_wrap=False)).print(t)
 
 
 def console(*, stderr: bool = False) -> Console:

@@ -25,12 +25,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from groupwire.cli.chaos.fatal import FATAL_PREFIX, explain
 from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
 from groupwire.cli.chaos.verdict import Verdict, judge, read_journals
+from groupwire.cli.output import table
 from groupwire.client.admin import Admin
 from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
@@ -192,15 +192,22 @@ async def _scenario(run: Run) -> Verdict:
     run.deadline = t0 + 2 * window_s + 60 + opts.session_timeout / 1000 * 3
     sampler = run.spawn(_sample_offsets(run))
     producer = run.spawn(_produce(run))
+    # bars for a person at a terminal; piped, one line per fault that a log keeps
+    bars = run.console.is_terminal
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), console=run.console, transient=False) as progress:
+                  TimeElapsedColumn(), console=run.console, transient=False,
+                  disable=not bars) as progress:
         task = progress.add_task("faults", total=len(schedule), info="")
-        for fault in schedule:
+        for n, fault in enumerate(schedule, 1):
             delay = t0 + fault.at_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)  # the schedule's clock: faults happen at set times
             await _inject(run, fault, rng)
             progress.update(task, advance=1, info=run.log[-1] if run.log else "")
+            if not bars and run.log:
+                run.console.print(f"fault {n}/{len(schedule)} at "
+                                  f"{time.monotonic() - t0:.1f} s: {run.log[-1]}",
+                                  highlight=False)
         await asyncio.wait([producer], timeout=max(0.0, t0 + 2 * window_s + 60 - time.monotonic()))
         if not producer.done():
             run.console.print("chaos: the producer did not finish in time; judging the "
@@ -508,26 +515,24 @@ async def _teardown(run: Run) -> None:
 
 
 def _print(run: Run, v: Verdict) -> None:
-    table = Table(title=f"chaos verdict (seed {run.opts.seed})")
-    table.add_column("check")
-    table.add_column("result")
-    table.add_row("acknowledged records", str(v.produced))
-    table.add_row("processed (distinct)", str(v.processed))
-    table.add_row("lost", str(len(v.lost)))
-    table.add_row("duplicates (a consumer died before committing)",
-                  f"{v.duplicates} ({len(v.unexplained_duplicates)} unexplained)")
-    table.add_row("committed offsets went backwards", str(len(v.offsets_backwards)))
-    table.add_row("partition owned twice in a generation", str(len(v.double_owned)))
-    table.add_row("zombie fetches / commits refused after the freeze",
-                  f"{v.zombie_fetches_refused} / {v.zombie_commits_refused} "
-                  f"({len(v.zombie_accepted)} accepted; {v.zombie_probes} probes, "
-                  f"{v.zombie_probes_unanswered} unanswered)")
-    table.add_row("slowest return to full ownership",
-                  f"{v.slowest_recovery_s:.2f} s (bound {v.recovery_bound_s:.1f} s)")
     longest = max(v.longest_unowned_s.items(), key=lambda x: x[1], default=(None, 0.0))
-    table.add_row("longest time a partition had no owner",
-                  f"{longest[1]:.2f} s (partition {longest[0]})")
-    run.console.print(table)
+    table(f"chaos verdict (seed {run.opts.seed})", ["check", "result"], [
+        ("acknowledged records", v.produced),
+        ("processed (distinct)", v.processed),
+        ("lost", len(v.lost)),
+        ("duplicates (a consumer died before committing)",
+         f"{v.duplicates} ({len(v.unexplained_duplicates)} unexplained)"),
+        ("committed offsets went backwards", len(v.offsets_backwards)),
+        ("partition owned twice in a generation", len(v.double_owned)),
+        ("zombie fetches / commits refused after the freeze",
+         f"{v.zombie_fetches_refused} / {v.zombie_commits_refused} "
+         f"({len(v.zombie_accepted)} accepted; {v.zombie_probes} probes, "
+         f"{v.zombie_probes_unanswered} unanswered)"),
+        ("slowest return to full ownership",
+         f"{v.slowest_recovery_s:.2f} s (bound {v.recovery_bound_s:.1f} s)"),
+        ("longest time a partition had no owner",
+         f"{longest[1]:.2f} s (partition {longest[0]})"),
+    ], out=run.console)
     for violation in v.violations:
         run.console.print(f"[red]violation[/]: {violation}")
     if not v.violations:

@@ -23,6 +23,10 @@ def test_chaos_scenario_loses_nothing(tmp_path: Path) -> None:
     assert sum("broker killed" in f for f in verdict["faults"]) == 2
     assert len(verdict["faults"]) == 22
     assert "no violation" in result.stdout
+    # piped, as CI and log collectors read it: one line per fault, the verdict as TSV
+    assert "fault 22/22 at " in result.stdout
+    assert "chaos verdict (seed 7)\ncheck\tresult\nacknowledged records\t" in result.stdout
+    assert not {"━", "┃", "│"} & set(result.stdout), result.stdout
     # seed 7 freezes a consumer before any broker kill: once it wakes, the broker refuses
     # its fetches and commits as the member it was (a broker restart during a freeze would
     # give that member a fresh session, which is why not every probe is refused)
