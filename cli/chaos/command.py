@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,7 @@ from groupwire.cli.chaos.runner import (
 from groupwire.cli.errors import EXIT_FAILURE, CliError
 from groupwire.cli.output import console as output_console
 from groupwire.cli.output import emit_json
-from groupwire.cli.running import run_loop
-from groupwire.client.errors import GroupwireError
-
-EXIT_TERMINATED = 143
-"""SIGTERM, as a shell reports a process killed by it."""
+from groupwire.cli.running import Stop, run_sdk
 
 
 def register(subparsers: Any) -> None:
@@ -94,22 +90,19 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     console = output_console(stderr=args.json)
     result: dict[str, object] = {}
 
-    async def main() -> int:
+    async def main(stop: Stop) -> int:
         verdict = await run_chaos(opts, console, on_verdict=result.update)
         return EXIT_FAILURE if verdict.violations else 0
 
     try:
-        code = run_loop(main)
+        # Ctrl-C and SIGTERM cancel the run, which tears every process of it down
+        code = run_sdk(main)
     except ChaosFatal as exc:
         raise CliError(str(exc)) from None
-    except GroupwireError as exc:
-        raise CliError(str(exc) or type(exc).__name__) from None
-    except (OSError, ConnectionError) as exc:
-        raise CliError(f"connection failed: {exc}") from None
-    except asyncio.CancelledError:  # SIGTERM: the run was torn down
-        print("groupwire chaos: stopped by SIGTERM; every process of the run ended",
-              file=sys.stderr)
-        return EXIT_TERMINATED
+    if code > 128:
+        print(f"groupwire chaos: stopped by {signal.Signals(code - 128).name}; every "
+              "process of the run ended", file=sys.stderr)
+        return code
     if args.json:
         emit_json(result)
     return code

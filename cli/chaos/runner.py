@@ -140,11 +140,7 @@ async def run_chaos(opts: ChaosOptions, console: Console,
         topic, group = names(opts.seed)
         run = Run(opts, workdir, console, topic=opts.topic or topic, group=opts.group or group,
                   on_verdict=on_verdict)
-        loop = asyncio.get_running_loop()
-        run.fatal = loop.create_future()
-        main = asyncio.current_task()
-        if main is not None:  # SIGTERM ends the run as Ctrl-C does: cancelled, torn down
-            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+        run.fatal = asyncio.get_running_loop().create_future()
         scenario = run.spawn(_scenario(run))
         try:
             racing: list[asyncio.Future[Any]] = [scenario, run.fatal]
@@ -158,8 +154,6 @@ async def run_chaos(opts: ChaosOptions, console: Console,
                 await _teardown(run)
             finally:
                 _kill_groups(run.processes())
-                if main is not None:
-                    loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _scenario(run: Run) -> Verdict:

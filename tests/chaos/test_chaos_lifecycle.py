@@ -101,7 +101,10 @@ def test_a_signal_ends_the_run_and_every_process_it_started(tmp_path: Path,
         # SIGKILL runs no code of the run at all: the children die by their own guard
         assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}.get(sig, -sig)
         assert proc.stderr is not None
-        assert "Traceback" not in proc.stderr.read().decode()
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err
+        if sig != signal.SIGKILL:
+            assert f"stopped by {sig.name}; every process of the run ended" in err, err
     finally:
         for pid in _run_processes(report):
             os.kill(pid, signal.SIGKILL)
