@@ -84,8 +84,8 @@ def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
             ) -> tuple[int, dict[str, Any] | None]:
     """Run the job, calling ``on_step`` per progress line; its exit code and summary.
 
-    SIGTERM ends this process as Ctrl-C does (KeyboardInterrupt), and either way the job
-    is stopped before this returns: it never outlives the command.
+    SIGTERM ends this process as Ctrl-C does (:class:`Interrupted`, a KeyboardInterrupt),
+    and either way the job is stopped before this returns: it never outlives the command.
     """
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] | None = None
@@ -112,8 +112,14 @@ def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
     return code, summary
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt."""
+
+    signum = signal.SIGTERM
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise Interrupted
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -148,7 +154,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             console.print(f"  [dim]{text}[/]")
             status.update(f"report: {text}")
 
-        code, summary = run_job(cmd, out, step)
+        try:
+            code, summary = run_job(cmd, out, step)
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            status.stop()
+            print(f"groupwire report: stopped by {signal.Signals(signum).name}; the Spark "
+                  f"job was stopped (its log: {out / SPARK_LOG})", file=sys.stderr)
+            return 128 + signum
     if code != 0 or summary is None:
         raise CliError(f"the Spark job failed (exit {code}): {last_error(out / SPARK_LOG)}; "
                        f"full log in {out / SPARK_LOG}")

@@ -14,6 +14,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +50,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 PARTITIONS = 6
 SHORT_SESSION_MS = 1000
 EVENT_WAIT_S = 30
+STOP_TIMEOUT_S = 30
 
 
 def now_ms() -> int:
@@ -394,3 +399,54 @@ def test_chaos_hook_writes_the_report_from_a_point_in_time(
     summary = json.loads((tmp_path / REPORT_DIR / "summary.json").read_text())
     assert summary["first_ms"] == since
     assert summary["rebalances"] == 5  # connection-lost, poll, join, session, leave
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (the command and all it started, Spark's JVM too)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_the_report_and_its_spark_job(
+        spark_broker: SparkBroker, tmp_path: Path, signum: int) -> None:
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "groupwire", "report", "--bootstrap", spark_broker.bootstrap,
+         "--out", str(out), "--master", "local[1]"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # Spark has started once the job reports its first step
+            if "reading __group_events" in line:
+                break
+        else:
+            pytest.fail("the job never reported a step")
+        assert len(_session_members(proc.pid)) > 2  # the command, the job, Spark's JVM
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)  # a terminal's Ctrl-C reaches the whole group
+        else:
+            proc.send_signal(signum)
+        assert proc.wait(STOP_TIMEOUT_S) == 128 + signum
+        err = proc.stderr.read()
+        assert f"stopped by {signal.Signals(signum).name}; the Spark job was stopped" in err
+        assert "Traceback" not in err
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the JVM exits once its parent is gone: polled, not timed
+        assert _session_members(proc.pid) == []
+    finally:
+        for pid in _session_members(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
