@@ -216,9 +216,9 @@ def delete(args: argparse.Namespace) -> int:
         else:
             table("deleted groups", ["group", "result"],
                   [(g, "deleted" if e is None else str(e)) for g, e in results.items()])
-        if failed and not args.json:
-            first = next(iter(failed.items()))
-            print(f"groupwire groups delete: error: {first[0]}: {first[1]}", file=sys.stderr)
+        if failed and not args.json:  # the broker's message names the group
+            print(f"groupwire groups delete: error: {next(iter(failed.values()))}",
+                  file=sys.stderr)
         return EXIT_FAILURE if failed else 0
 
     return run_with_admin(args, body)

@@ -17,6 +17,7 @@ from groupwire.broker.config import SettingsError
 from groupwire.cli import broker, demo, groups, health, records, report, topics
 from groupwire.cli.chaos import command as chaos
 from groupwire.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError
+from groupwire.client.cluster import SOFTWARE_VERSION
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="groupwire",
         description="A consumer-group broker with Kafka's group semantics, in Python.")
+    parser.add_argument("--version", action="version",
+                        version=f"groupwire {SOFTWARE_VERSION}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     # in the order `groupwire --help` lists them

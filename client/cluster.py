@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Final, TypeVar
 
 from groupwire.client.connection import Connection, show_answer
@@ -53,7 +55,17 @@ CLOSED_HANDSHAKE_ROUNDS: Final = 3
 after which a never-connected client stops trying (a peer that is no groupwire broker)."""
 
 SOFTWARE_NAME: Final = "groupwire-python"
-SOFTWARE_VERSION: Final = "0.1"
+
+
+def _installed_version() -> str:
+    try:
+        return metadata.version("groupwire")
+    except metadata.PackageNotFoundError:  # a checkout that was never installed
+        return "0+unknown"
+
+
+SOFTWARE_VERSION: Final = _installed_version()
+"""Sent in ApiVersions, as Kafka's clients send theirs: the installed package's version."""
 
 
 def backoff_s(attempt: int, base_ms: int, max_ms: int, rng: random.Random | None = None,
@@ -75,6 +87,8 @@ def _describe(failures: dict[str, BaseException]) -> str:
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"host name not resolved ({exc.strerror or exc})"
     if isinstance(exc, TimeoutError):
         return str(exc) or "timed out"
     return str(exc) or type(exc).__name__
@@ -83,14 +97,16 @@ def _reason(exc: BaseException) -> str:
 def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
                        connected_once: bool) -> None:
     """Raise when a full round failed for reasons waiting will not mend: all not groupwire;
-    or, for a client that never connected, all refused or all closed at once round after
-    round (a connected client's broker may be restarting: it waits)."""
+    or, for a client that never connected, all refused or unresolvable (Kafka's clients
+    refuse a bootstrap list with no resolvable address, too), or all closed at once round
+    after round (a connected client's broker may be restarting: it waits)."""
     errors = list(failures.values())
     if all(isinstance(e, IncompatibleBrokerError) for e in errors):
         raise IncompatibleBrokerError("; ".join(str(e) for e in errors)) from errors[-1]
     if connected_once:
         return
-    if all(isinstance(e, ConnectionRefusedError | IncompatibleBrokerError) for e in errors):
+    if all(isinstance(e, ConnectionRefusedError | socket.gaierror | IncompatibleBrokerError)
+           for e in errors):
         raise BrokerNotAvailableError(
             f"no broker reachable at {_describe(failures)}") from errors[-1]
     if rounds >= CLOSED_HANDSHAKE_ROUNDS and all(

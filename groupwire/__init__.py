@@ -12,9 +12,13 @@ coordinator core) stays free of asyncio and sockets.
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+try:
+    __version__ = metadata.version("groupwire")  # one source: pyproject.toml
+except metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from groupwire.client.admin import Admin

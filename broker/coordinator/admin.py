@@ -67,12 +67,18 @@ def handle_delete(engine: Engine, ctx: RequestContext, req: DeleteGroupsRequest,
     for group_id in req.groups_names:
         group = engine.groups.get(group_id)
         cell = group.row.delete_groups if group is not None else None
+        message: str | None = None
         if group is None:
             code = ErrorCode.GROUP_ID_NOT_FOUND
+            message = f"group {group_id!r} does not exist"
         elif isinstance(cell, Refuse):
             code = cell.code
+            message = (f"group {group_id!r} is {group.state.value} with "
+                       f"{len(group.members)} member(s): only an Empty group can be deleted "
+                       "(stop its consumers first)")
         else:
             engine.delete_group(group, now_ms, DELETE_GROUPS)
             code = ErrorCode.NONE
-        results.append(DeletableGroupResult(group_id=group_id, error_code=code))
+        results.append(DeletableGroupResult(group_id=group_id, error_code=code,
+                                            error_message=message))
     engine.out.reply(ctx.conn_id, ctx.correlation_id, DeleteGroupsResponse(results=results))

@@ -179,6 +179,10 @@ async def test_delete_groups_errors(conn: WireConn) -> None:
     assert [(r["group_id"], r["error_code"]) for r in body["results"]] == [
         ("dg-busy", Err.NON_EMPTY_GROUP), ("dg-none", Err.GROUP_ID_NOT_FOUND),
         ("dg-idle", Err.NONE)]
+    # the message says why, for a person: the group's state and members, or that it is unknown
+    assert [r.get("error_message") for r in body["results"]] == [
+        "group 'dg-busy' is Stable with 1 member(s): only an Empty group can be deleted "
+        "(stop its consumers first)", "group 'dg-none' does not exist", None]
     assert (await describe(conn, "dg-idle"))["group_state"] == "Dead"
     fetched = await conn.call(Api.OFFSET_FETCH, {"group_id": "dg-idle", "topics": [
         {"name": "dg", "partition_indexes": [0]}]})

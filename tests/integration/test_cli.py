@@ -7,10 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+import groupwire
 from groupwire.broker.config import BrokerSettings, SettingsError, parse_settings
 from groupwire.client.admin import Admin
 from groupwire.client.types import TopicPartition
@@ -52,6 +55,14 @@ def test_flag_beats_env_beats_default() -> None:
 def test_bad_values_name_their_flag(argv: list[str], env: dict[str, str], flag: str) -> None:
     with pytest.raises(SettingsError, match=flag):
         parse_settings(argv, environ=env)
+
+
+def test_version_is_the_installed_packages() -> None:
+    declared = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    version = declared["project"]["version"]
+    assert metadata.version("groupwire") == groupwire.__version__ == version
+    result = _groupwire("--version")
+    assert result.returncode == 0 and result.stdout == f"groupwire {version}\n"
 
 
 def test_bad_flag_is_one_line_without_traceback() -> None:

@@ -82,6 +82,18 @@ async def test_connection_refused_fails_at_once_naming_the_address(kind: str) ->
     assert str(info.value) == f"no broker reachable at {address}: connection refused"
 
 
+@pytest.mark.parametrize("kind", sorted(CLIENTS))
+async def test_a_host_name_that_does_not_resolve_fails_at_once(kind: str) -> None:
+    """One failed lookup ends it, as in Kafka's clients, rather than retrying until the
+    request timeout (30 s here; the bound leaves a slow resolver room for one lookup)."""
+    address = "nosuchhost.invalid:9092"  # .invalid never resolves (RFC 2606)
+    client = CLIENTS[kind](address)
+    with pytest.raises(BrokerNotAvailableError,
+                       match=f"^no broker reachable at {address}: host name not resolved"):
+        await asyncio.wait_for(client.start(), LONG_MS / 1000 * 2 / 3)
+    await asyncio.wait_for(client.close(), BOUND_S)
+
+
 async def test_every_refused_bootstrap_address_is_named() -> None:
     a, b = refused_address(), refused_address()
     with pytest.raises(BrokerNotAvailableError, match=f"at {a}, {b}: connection refused$"):

@@ -123,7 +123,8 @@ async def test_groups_list_describe_lag_reset_delete(capsys: pytest.CaptureFixtu
         code, _, err = await run(capsys, "groups", "reset-offsets", "crew", "--to-latest", *b)
         assert code == 1 and "is Stable" in err and err.count("\n") == 1
         code, _, err = await run(capsys, "groups", "delete", "crew", *b)
-        assert code == 1 and "NON_EMPTY_GROUP" in err
+        assert code == 1 and "NON_EMPTY_GROUP" in err and err.count("\n") == 1
+        assert "only an Empty group can be deleted" in err and err.count("crew") == 1, err
         assert (await m.leave()).error_code == 0
     finally:
         await conn.close()
