@@ -12,13 +12,7 @@ coordinator core) stays free of asyncio and sockets.
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = metadata.version("groupwire")  # one source: pyproject.toml
-except metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
-    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from groupwire.client.admin import Admin
@@ -52,6 +46,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # the package metadata's (one source: pyproject.toml); read on first use, as
+        # importlib.metadata pulls in sockets and threads the cores must not load
+        value = importlib.import_module("groupwire.client.cluster").SOFTWARE_VERSION
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'groupwire' has no attribute {name!r}")
