@@ -330,6 +330,9 @@ class BrokerProc:
     _tmp: str | None = None
     _log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    preexec: Callable[[], None] = die_with_parent
+    """Run in the child before the broker starts (e.g. a lower descriptor limit); it should
+    call :func:`die_with_parent` too."""
 
     @property
     def pid(self) -> int:
@@ -353,7 +356,7 @@ class BrokerProc:
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         with self._log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                         env=env, cwd=REPO_ROOT, preexec_fn=die_with_parent)
+                                         env=env, cwd=REPO_ROOT, preexec_fn=self.preexec)
         deadline = time.monotonic() + BROKER_STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             port = self._port_from_log()

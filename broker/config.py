@@ -42,6 +42,9 @@ class BrokerSettings:
     log_retention_ms: int = 7 * 24 * 3600 * 1000
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300000
+    max_open_files: int = 0
+    max_partitions: int = 20000
+    log_offline_retry_ms: int = 5000
     offsets_topic_num_partitions: int = 50
     offsets_compact_min_records: int = 10000
     group_initial_rebalance_delay_ms: int = 3000
@@ -59,6 +62,7 @@ class BrokerSettings:
     max_in_flight_requests: int = 128
     connections_max_idle_ms: int = 600000
     frame_read_timeout_ms: int = 30000
+    queued_max_request_bytes: int = 256 * 1024 * 1024
     log_format: str = "auto"
     log_level: str = "info"
 
@@ -90,6 +94,8 @@ class BrokerSettings:
             offsets_partitions=self.offsets_topic_num_partitions,
             retention_ms=self.log_retention_ms,
             retention_bytes=self.log_retention_bytes,
+            max_partitions=self.max_partitions,
+            offline_retry_ms=self.log_offline_retry_ms,
         )
 
 
@@ -104,6 +110,10 @@ class Option:
 
 def _at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= lo else f"must be >= {lo}"
+
+
+def _open_files(v: int) -> str | None:
+    return None if v == 0 or v >= 16 else "must be 0 (derived from the limit) or >= 16"
 
 
 def _port(v: int) -> str | None:
@@ -130,6 +140,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_retention_ms", "delete topic data older than this (-1: keep)", _at_least(-1)),
     Option("log_retention_bytes", "cap each partition's size (-1: no cap)", _at_least(-1)),
     Option("log_retention_check_interval_ms", "how often topic retention runs", _at_least(1)),
+    Option("max_open_files",
+           "log files held open at once, reopened on use past that (0: half of the "
+           "process's RLIMIT_NOFILE after 64 kept for the broker itself; the rest is for "
+           "connections)", _open_files),
+    Option("max_partitions",
+           "partitions the broker hosts in all, internal ones included; creating more is "
+           "refused (POLICY_VIOLATION)", _at_least(1)),
+    Option("log_offline_retry_ms",
+           "a partition offline after a failed fsync tries to come back on its next write "
+           "once this long has passed", _at_least(0)),
     Option("offsets_topic_num_partitions",
            "__consumer_offsets partitions (fixed when the data dir is created)", _at_least(1)),
     Option("offsets_compact_min_records",
@@ -162,6 +182,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("connections_max_idle_ms", "close connections idle this long", _at_least(1)),
     Option("frame_read_timeout_ms",
            "close a connection holding a partial frame this long (slowloris)", _at_least(1)),
+    Option("queued_max_request_bytes",
+           "bytes of unfinished and queued requests held across all connections; a "
+           "connection needing more stops being read, the newest are closed (at least "
+           "--max-frame-bytes)", _at_least(MIN_FRAME_BYTES)),
     Option("log_format", "log output: json, console, or auto (console on a terminal)",
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",
@@ -257,6 +281,11 @@ def validate(settings: BrokerSettings) -> None:
             problem = opt.check(value)
             if problem:
                 raise SettingsError(f"{flag_of(opt.name)}: {problem}, got {value}")
+    if settings.queued_max_request_bytes < settings.max_frame_bytes:
+        raise SettingsError(
+            "--queued-max-request-bytes: must be at least --max-frame-bytes, so that "
+            "every frame the broker accepts can be held"
+        )
     if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
         raise SettingsError(
             "--group-min-session-timeout-ms: must not exceed --group-max-session-timeout-ms"

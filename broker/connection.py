@@ -16,6 +16,7 @@ import time
 from collections import deque
 from typing import Final, cast
 
+from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
 from groupwire.broker.host import ConnectionHost
 from groupwire.broker.logs import get_logger
 from groupwire.protocol.codec import (
@@ -55,6 +56,10 @@ class ClientConnection(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
         self._paused = False
+        self._memory_wait = False
+        """Not read until the request memory budget covers the partial frame."""
+        self._claimed = False
+        """The budget holds (or is asked for) memory for this connection."""
         self._draining = False
         self._out: list[bytes] = []
         self._closed = False
@@ -92,6 +97,8 @@ class ClientConnection(asyncio.Protocol):
             self._last_active = time.monotonic()  # requests arrived
             self._backlog.extend(frames)
             self._drain_backlog()
+        if self._decoder.buffered or self._claimed:
+            self._account_memory()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -160,7 +167,13 @@ class ClientConnection(asyncio.Protocol):
                     data = b"".join(out)
                     self._transport.write(data)
                     broker.metrics.bytes_out += len(data)
-        should_pause = bool(self._backlog)
+        if self._claimed or self._backlog:
+            self._account_memory()  # queued frames count; answers free what they held
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Read while nothing waits for the in-flight bound or for request memory."""
+        should_pause = bool(self._backlog) or self._memory_wait
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause
             if should_pause:
@@ -224,6 +237,42 @@ class ClientConnection(asyncio.Protocol):
             metrics.answered(key, response.error_code, time.perf_counter() - t0)
         if self._backlog and not self._draining:
             self._drain_backlog()
+
+    # --- request memory budget (broker.budget) -------------------------------------------
+
+    def _account_memory(self) -> None:
+        """Reserve what the partial frame will need once its header is in, plus queued
+        frames; stop reading while the budget cannot cover it (docs/protocol.md §2)."""
+        if self._closed:
+            return
+        decoder = self._decoder
+        held, wanted = decoder.buffered, decoder.frame_bytes
+        if self._backlog:
+            queued = sum(map(len, self._backlog))
+            held += queued
+            wanted += queued
+        if wanted <= DEFAULT_ALLOWANCE and not self._claimed:
+            return  # within the allowance every connection has without asking
+        verdict = self.broker.request_memory(self.conn_id, held, wanted)
+        if verdict is Verdict.CLOSE:
+            self._claimed = False
+            self.abort("memory-pressure",
+                       f"request memory exhausted: {held} bytes held, frame needs {wanted}")
+            return
+        self._claimed = wanted > DEFAULT_ALLOWANCE
+        self._set_memory_wait(verdict is Verdict.WAIT)
+
+    def _set_memory_wait(self, wait: bool) -> None:
+        if wait == self._memory_wait:
+            return
+        self._memory_wait = wait
+        if wait:
+            self.broker.metrics.memory_paused.inc()
+        self._update_reading()
+
+    def memory_granted(self) -> None:
+        """The budget now covers the partial frame: read on."""
+        self._set_memory_wait(False)
 
     # --- closing ------------------------------------------------------------------------
 

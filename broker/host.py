@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from groupwire.broker.budget import Verdict
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.coordinator import Renewal
 from groupwire.broker.metrics import BrokerMetrics
@@ -45,3 +46,8 @@ class ConnectionHost(Protocol):
     def unsupported_api_versions(self, version: int) -> ApiVersionsResponse: ...
 
     def connection_lost(self, conn: Peer) -> None: ...
+
+    def request_memory(self, conn_id: int, held: int, wanted: int) -> Verdict:
+        """Ask the broker-wide request memory budget (``broker.budget``); the broker
+        resumes or closes the other connections its answer names."""
+        ...

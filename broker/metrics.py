@@ -37,6 +37,19 @@ class StateViews:
     members: Callable[[], int]
     log_end_offsets: Callable[[], Iterable[tuple[str, int, int]]]
     committed_offsets: Callable[[], Iterable[tuple[str, str, int, int]]]
+    storage: Callable[[], StorageHealth] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StorageHealth:
+    """Storage figures read at scrape time."""
+
+    partitions_by_topic: Mapping[str, int]
+    offline: Iterable[tuple[str, int]]
+    """``(topic, partition)`` of every partition offline after a failed fsync."""
+    open_files: int
+    evictions_clean: int
+    evictions_fsynced: int
 
 
 class _StateCollector(Collector):
@@ -76,6 +89,32 @@ class _StateCollector(Collector):
                 lag.add_metric(labels, max(0, log_end - offset))
         yield committed
         yield lag
+        yield from self._storage()
+
+    def _storage(self) -> Iterator[Metric]:
+        offline = GaugeMetricFamily(
+            "groupwire_offline_partitions",
+            "Partitions refusing writes after a failed fsync, by topic", labels=["topic"])
+        files = GaugeMetricFamily("groupwire_storage_open_files",
+                                  "Log files the storage holds open (--max-open-files)")
+        evictions = CounterMetricFamily(
+            "groupwire_storage_file_evictions",
+            "Log files closed to make room for others, by whether an fsync was needed first",
+            labels=["kind"])
+        views = self._views.storage
+        if views is not None:
+            health = views()
+            counts = dict.fromkeys(health.partitions_by_topic, 0)
+            for topic, _partition in health.offline:
+                counts[topic] = counts.get(topic, 0) + 1
+            for topic, n in sorted(counts.items()):
+                offline.add_metric([topic], n)
+            files.add_metric([], health.open_files)
+            evictions.add_metric(["clean"], health.evictions_clean)
+            evictions.add_metric(["fsynced"], health.evictions_fsynced)
+        yield offline
+        yield files
+        yield evictions
 
 
 class RequestStats(Collector):
@@ -168,6 +207,10 @@ class BrokerMetrics:
         self.rebalance_duration = Histogram("groupwire_rebalance_duration_seconds",
                                             "Time from a rebalance's start to Stable or Empty",
                                             buckets=REBALANCE_BUCKETS, registry=r)
+        self.loop_stalls = Histogram(
+            "groupwire_event_loop_stall_seconds",
+            "How late the event loop ran a 10 ms timer: the time it spent on something else",
+            buckets=LATENCY_BUCKETS, registry=r)
         self.expirations = Counter("groupwire_member_expirations",
                                    "Members removed without leaving, by kind", ["kind"],
                                    registry=r)
@@ -178,6 +221,18 @@ class BrokerMetrics:
         """Plain ints on the hot path; exported as counters when scraped."""
         self.storage_errors = Counter("groupwire_storage_errors", "Failed log writes",
                                       registry=r)
+        # the request memory budget (broker.budget); the broker sets the gauges' functions
+        self.memory_budget = Gauge("groupwire_request_memory_budget_bytes",
+                                   "Bytes that partial and queued requests may hold "
+                                   "(--queued-max-request-bytes)", registry=r)
+        self.memory_reserved = Gauge("groupwire_request_memory_reserved_bytes",
+                                     "Bytes of partial and queued requests reserved",
+                                     registry=r)
+        self.memory_waiting = Gauge("groupwire_request_memory_waiting_connections",
+                                    "Connections not read until memory frees", registry=r)
+        self.memory_paused = Counter("groupwire_request_memory_paused",
+                                     "Times a connection stopped being read for want of "
+                                     "memory", registry=r)
 
     def answered(self, api_key: int, error_code: int, seconds: float) -> None:
         self.requests.answered(api_key, error_code, seconds)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import os
 import time
@@ -19,6 +20,7 @@ from typing import Any, Final
 import msgpack
 from prometheus_client import start_http_server
 
+from groupwire.broker.budget import Decision, MemoryBudget, Verdict
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.connection import ClientConnection
 from groupwire.broker.coordinator import (
@@ -37,11 +39,17 @@ from groupwire.broker.durability import Durability
 from groupwire.broker.fetch import FetchManager
 from groupwire.broker.host import Peer
 from groupwire.broker.logs import get_logger
-from groupwire.broker.metrics import BrokerMetrics, StateViews
+from groupwire.broker.loop_monitor import LoopMonitor
+from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
-from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.handles import (
+    RESERVED_FILES,
+    default_max_open_files,
+    raise_nofile_limit,
+)
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
@@ -50,6 +58,7 @@ from groupwire.protocol.messages import (
     ApiVersionsResponse,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteTopicsRequest,
     FetchRequest,
     FindCoordinatorRequest,
     ListOffsetsRequest,
@@ -92,6 +101,12 @@ class Broker:
         self._file_ops = file_ops
         self.clock = clock
         self.metrics = BrokerMetrics()
+        self.loop_monitor = LoopMonitor(self.metrics.loop_stalls.observe)
+        self.memory = MemoryBudget(settings.queued_max_request_bytes)
+        """Request bytes held across connections (docs/protocol.md §2, rule 5)."""
+        self.metrics.memory_budget.set(self.memory.total)
+        self.metrics.memory_reserved.set_function(lambda: self.memory.reserved)
+        self.metrics.memory_waiting.set_function(lambda: len(self.memory.waiting))
         self.store: TopicStore | None = None
         self.coordinator: Coordinator | None = None
         self._timers = TimerQueue()
@@ -140,14 +155,17 @@ class Broker:
     async def _start(self) -> None:
         settings = self.settings
         t0 = time.perf_counter()
+        storage_config, open_files = self._open_files_config()
         try:
-            store = TopicStore(settings.data_dir, settings.storage_config(),
+            store = TopicStore(settings.data_dir, storage_config,
                                file_ops=self._file_ops)
         except (StorageError, OSError) as exc:
             raise StartupError(str(exc)) from exc
         self.store = store
         for report in store.recovery_reports():
             log.warning("log_recovered", **report)
+        if store.strays_removed:
+            log.warning("stray_partitions_removed", directories=store.strays_removed)
         coordinator = Coordinator(settings.coordinator_config(), store.partition_count)
         self.coordinator = coordinator
         self.renew_heartbeat = coordinator.renew
@@ -165,6 +183,7 @@ class Broker:
                                       settings.flush_interval_ms, self._fetches.wake)
         self._durability.start()
         self._handlers = self._topic_handlers(self._topics)
+        self._forget_offsets_of_deleted_topics(store.fresh)
         self.execute(coordinator.start(now))
         loop = asyncio.get_running_loop()
         try:
@@ -182,10 +201,41 @@ class Broker:
                                               settings.metrics_port, exc)) from exc
         self._listening = True
         self._retention_task = loop.create_task(self._retention_loop())
+        self.loop_monitor.start()
+        log.info("open_files_limit", partitions=store.partition_total, **open_files)
         log.info("broker_started", host=settings.host, port=self._port,
                  metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
                  topics=len(store.topics()), group_records=len(records),
                  fsync=settings.fsync, startup_ms=round((time.perf_counter() - t0) * 1000))
+
+    def _forget_offsets_of_deleted_topics(self, fresh: bool) -> None:
+        """Tombstone committed offsets of topics that no longer exist: a deletion whose
+        tombstones a crash lost (OffsetCommit refuses unknown topics, so there is no other
+        way to have them). Not for a new data dir: nothing says what existed then."""
+        store, coordinator = self.store, self.coordinator
+        assert store is not None and coordinator is not None
+        gone = sorted(t for t in coordinator.committed_topics()
+                      if store.partition_count(t) is None)
+        if gone and not fresh:
+            log.warning("offsets_of_deleted_topics_removed", topics=gone)
+            self.execute(coordinator.delete_topic_offsets(gone))
+
+    def _open_files_config(self) -> tuple[StorageConfig, dict[str, int]]:
+        """Raise the soft RLIMIT_NOFILE to the hard limit and size the log file pool
+        from it (``--max-open-files``, 0: derived); the figures to log once started (a
+        start that fails prints one line, its reason)."""
+        settings = self.settings
+        before, limit = raise_nofile_limit()
+        pool = settings.max_open_files or default_max_open_files(limit)
+        room = limit - RESERVED_FILES - pool
+        if room < 0:
+            raise StartupError(
+                f"--max-open-files {pool} does not fit the process's open files limit "
+                f"(RLIMIT_NOFILE {limit}, of which {RESERVED_FILES} are kept for the broker "
+                f"itself): lower it, or raise the limit (ulimit -n)")
+        figures = {"limit": limit, "raised_from": before, "max_open_files": pool,
+                   "left_for_connections": room, "max_partitions": settings.max_partitions}
+        return dataclasses.replace(settings.storage_config(), max_open_files=pool), figures
 
     def _start_metrics(self) -> None:
         if self.settings.metrics_port < 0:
@@ -199,17 +249,29 @@ class Broker:
                 if store.is_internal(topic):
                     continue
                 for p in range(count):
-                    yield topic, p, store.log(topic, p).high_watermark
+                    try:  # runs on the metrics thread: the topic may be deleted meanwhile
+                        end = store.log(topic, p).high_watermark
+                    except KeyError:
+                        break
+                    yield topic, p, end
 
         def committed() -> Iterator[tuple[str, str, int, int]]:
             for group in coordinator.group_ids():
                 for (topic, p), offset in coordinator.committed(group).items():
                     yield group, topic, p, offset
 
+        def storage() -> StorageHealth:
+            evicted, fsynced = store.file_evictions
+            return StorageHealth(
+                partitions_by_topic=store.topics(),
+                offline=[(t, p) for t, p, _why in store.offline_partitions()],
+                open_files=store.open_files, evictions_clean=evicted - fsynced,
+                evictions_fsynced=fsynced)
+
         self.metrics.watch(StateViews(
             groups_by_state=coordinator.group_counts_by_state,
             members=coordinator.member_count,
-            log_end_offsets=log_ends, committed_offsets=committed))
+            log_end_offsets=log_ends, committed_offsets=committed, storage=storage))
         server, _thread = start_http_server(self.settings.metrics_port,
                                             addr=self.settings.host,
                                             registry=self.metrics.registry)
@@ -254,6 +316,7 @@ class Broker:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
+        await self.loop_monitor.close()
         if self._fetches is not None:
             self._fetches.complete_all()
         if self._durability is not None:
@@ -301,10 +364,29 @@ class Broker:
             return
         self._connection_closed.set()
         self.metrics.connections_closed.labels(conn.close_reason).inc()
+        self._carry_out(self.memory.release(conn.conn_id))
         if self._fetches is not None:
             self._fetches.connection_closed(conn.conn_id)
         if self.coordinator is not None and not self._closing:
             self.execute(self.coordinator.connection_closed(conn.conn_id, self.clock()))
+
+    def request_memory(self, conn_id: int, held: int, wanted: int) -> Verdict:
+        decision = self.memory.request(conn_id, held, wanted)
+        self._carry_out(decision)
+        return decision.verdict
+
+    def _carry_out(self, decision: Decision) -> None:
+        """Close the connections the budget gave up on, read again those it now serves."""
+        for conn_id in decision.close:
+            conn = self._connections.get(conn_id)
+            if conn is not None:
+                conn.abort("memory-pressure",
+                           "request memory exhausted: closed, as the newest waiting, to "
+                           "make room for an older connection")
+        for conn_id in decision.resume:
+            conn = self._connections.get(conn_id)
+            if conn is not None:
+                conn.memory_granted()
 
     # --- dispatch -----------------------------------------------------------------------
 
@@ -360,6 +442,23 @@ class Broker:
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
             fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
 
+        def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
+            response, deleted = topics.delete_topics(request)
+            if not deleted:
+                conn.reply(cid, response)
+                return
+            for name, count in deleted.items():
+                for p in range(count):
+                    fetches.appended(name, p)
+            fetches.wake()  # parked fetches on them answer UNKNOWN_TOPIC_OR_PARTITION
+            coordinator = self.coordinator
+            assert coordinator is not None
+            # The topics are gone once meta.json is written; offsets whose tombstones do
+            # not make it to disk are dropped again at the next start, so the answer does
+            # not depend on them (it waits for them only to be durable when it can).
+            self.execute(coordinator.delete_topic_offsets(list(deleted)))
+            durability.after_write(lambda _err: conn.reply(cid, response))
+
         def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
             return lambda conn, cid, request: conn.reply(cid, api(request))
 
@@ -371,6 +470,7 @@ class Broker:
             FindCoordinatorRequest: answer(topics.find_coordinator),
             ListOffsetsRequest: answer(topics.list_offsets),
             CreateTopicsRequest: answer(topics.create_topics),
+            DeleteTopicsRequest: delete_topics,
             CreatePartitionsRequest: answer(topics.create_partitions),
         }
 

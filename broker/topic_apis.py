@@ -1,6 +1,6 @@
-"""Answers for the topic APIs: ApiVersions, Metadata, CreateTopics, CreatePartitions,
-Produce, ListOffsets and FindCoordinator. Group APIs go to the coordinator, Fetch to
-:mod:`broker.fetch`.
+"""Answers for the topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
+CreatePartitions, Produce, ListOffsets and FindCoordinator. Group APIs go to the
+coordinator, Fetch to :mod:`broker.fetch`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,27 @@ from groupwire.broker.config import BrokerSettings
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
-from groupwire.protocol.batches import CorruptBatchError, validate_batch
+from groupwire.protocol.batches import (
+    CorruptBatchError,
+    MalformedRecordError,
+    check_records,
+    validate_batch,
+)
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiVersion,
     ApiVersionsResponse,
+    BatchIndexAndErrorMessage,
     CreatableTopicResult,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ListOffsetsPartitionResponse,
@@ -139,6 +148,31 @@ class TopicApis:
                                                 replication_factor=1))
         return CreateTopicsResponse(topics=results)
 
+    def delete_topics(self, request: DeleteTopicsRequest,
+                      ) -> tuple[DeleteTopicsResponse, dict[str, int]]:
+        """Delete each named topic; returns the response and the partition count of each
+        topic deleted (the shell wakes their fetches and drops their committed offsets)."""
+        seen: dict[str, int] = {}
+        for name in request.topic_names:
+            seen[name] = seen.get(name, 0) + 1
+        results = []
+        deleted: dict[str, int] = {}
+        for name in request.topic_names:
+            if seen[name] > 1:
+                results.append(DeletableTopicResult(
+                    name=name, error_code=ErrorCode.INVALID_REQUEST,
+                    error_message=f"topic {name!r} named more than once"))
+                continue
+            try:
+                deleted[name] = self._store.delete_topic(name)
+            except StorageError as exc:
+                results.append(DeletableTopicResult(name=name, error_code=exc.code,
+                                                    error_message=str(exc)))
+                continue
+            log.info("topic_deleted", topic=name, partitions=deleted[name])
+            results.append(DeletableTopicResult(name=name))
+        return DeleteTopicsResponse(responses=results), deleted
+
     def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
         results = []
         for topic in request.topics:
@@ -186,6 +220,13 @@ class TopicApis:
                         f"batch of {len(batch)} bytes is over the {limit}-byte limit")
         try:
             header = validate_batch(batch)
+            check_records(batch, header)
+        except MalformedRecordError as exc:  # §5.2: nothing of the batch is stored
+            return PartitionProduceResponse(
+                index=partition, error_code=ErrorCode.INVALID_RECORD, error_message=str(exc),
+                record_errors=[BatchIndexAndErrorMessage(
+                    batch_index=e.batch_index, batch_index_error_message=e.message)
+                    for e in exc.record_errors])
         except CorruptBatchError as exc:
             return fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
         try:

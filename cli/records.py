@@ -23,6 +23,7 @@ from groupwire.cli.output import emit_json, note, table
 from groupwire.cli.running import CLIENT_ID, Stop, run_sdk
 from groupwire.client.admin import Admin
 from groupwire.client.consumer import Consumer
+from groupwire.client.errors import CorruptRecordError
 from groupwire.client.producer import Producer
 from groupwire.client.types import Record, RecordMetadata, TopicPartition
 
@@ -187,6 +188,10 @@ def consume(args: argparse.Namespace) -> int:
                 async for r in _records(args, consumer, stop):
                     shown += 1
                     _print_record(args, r)
+        except CorruptRecordError as exc:  # every record before it was printed
+            sys.stdout.flush()
+            raise CliError(f"cannot read {exc.topic_partition} at offset {exc.offset} "
+                           f"({exc.message}): the records before it were printed") from exc
         finally:
             print(f"consumed {shown} record(s) from {args.topic}", file=sys.stderr)
         return 0

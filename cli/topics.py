@@ -1,20 +1,23 @@
-"""``groupwire topics create|list|describe``: the SDK's Admin on topics."""
+"""``groupwire topics create|list|describe|delete``: the SDK's Admin on topics."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from groupwire.cli.arguments import add_connection_flags, positive_int
+from groupwire.cli.errors import EXIT_FAILURE
 from groupwire.cli.output import emit_json, table
 from groupwire.cli.running import run_with_admin
 from groupwire.client.admin import Admin, TopicSpec
+from groupwire.client.errors import UnknownTopicOrPartitionError
 from groupwire.client.types import TopicPartition
 
 
 def register(subparsers: Any) -> None:
     """Add ``topics`` and its actions to the ``groupwire`` subparsers."""
-    topics = subparsers.add_parser("topics", help="create, list and describe topics")
+    topics = subparsers.add_parser("topics", help="create, list, describe and delete topics")
     actions = topics.add_subparsers(dest="topics_command", metavar="ACTION")
     actions.required = True
     p = actions.add_parser("create", help="create topics")
@@ -35,6 +38,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("names", nargs="*", metavar="TOPIC", help="topics (default: all)")
     add_connection_flags(p)
     p.set_defaults(func=describe)
+    p = actions.add_parser(
+        "delete", help="delete topics, their records and groups' committed offsets for them",
+        description="Delete at once, without asking (as kafka-topics.sh --delete does), "
+                    "and print what was deleted. Internal topics cannot be deleted.")
+    p.add_argument("names", nargs="+", metavar="TOPIC", help="topic names to delete")
+    p.add_argument("--if-exists", action="store_true",
+                   help="do not fail when a topic does not exist")
+    add_connection_flags(p)
+    p.set_defaults(func=delete)
 
 
 def create(args: argparse.Namespace) -> int:
@@ -83,6 +95,29 @@ def describe(args: argparse.Namespace) -> int:
                   [(tp.topic, tp.partition, starts[tp], ends[tp])
                    for t in topics for tp in _partitions(t.name, t.partitions)])
         return 0
+
+    return run_with_admin(args, body)
+
+
+def delete(args: argparse.Namespace) -> int:
+    async def body(admin: Admin) -> int:
+        results = await admin.delete_topics(list(dict.fromkeys(args.names)),
+                                            timeout_ms=args.timeout_ms)
+        deleted = [n for n, e in results.items() if e is None]
+        missing = [n for n, e in results.items()
+                   if isinstance(e, UnknownTopicOrPartitionError) and args.if_exists]
+        failed = {n: str(e) for n, e in results.items()
+                  if e is not None and n not in missing}
+        if args.json:
+            emit_json({"deleted": deleted, "missing": missing, "errors": failed})
+            return EXIT_FAILURE if failed else 0
+        table("deleted topics", ["topic", "result"], [
+            (n, "deleted" if e is None else "does not exist" if n in missing else str(e))
+            for n, e in results.items()])
+        if failed:  # the broker's message names the topic
+            print(f"groupwire topics delete: error: {next(iter(failed.values()))}",
+                  file=sys.stderr)
+        return EXIT_FAILURE if failed else 0
 
     return run_with_admin(args, body)
 

@@ -30,6 +30,8 @@ from groupwire.protocol.messages import (
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -166,6 +168,21 @@ class Admin:
             _raise_for(r.error_code, r.error_message, f"topic {r.name!r}", r.name)
             out[r.name] = r.num_partitions
         return out
+
+    async def delete_topics(self, topics: str | Sequence[str], *, timeout_ms: int = 60000,
+                            ) -> dict[str, BrokerResponseError | None]:
+        """Delete topics, their data and every group's committed offsets for them; per
+        topic None (deleted) or the error that prevented it (``UnknownTopicOrPartitionError``
+        for an unknown one, ``InvalidTopicError`` for an internal one).
+
+        ``timeout_ms`` is sent as Kafka's field; the broker deletes before it answers.
+        """
+        names = [topics] if isinstance(topics, str) else list(topics)
+        resp = await self._send(DeleteTopicsRequest(topic_names=names, timeout_ms=timeout_ms),
+                                DeleteTopicsResponse)
+        return {r.name: (None if r.error_code == ErrorCode.NONE
+                         else error_for(r.error_code, r.error_message or f"topic {r.name!r}"))
+                for r in resp.responses}
 
     async def create_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions."""

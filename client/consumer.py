@@ -327,7 +327,12 @@ class Consumer:
 
     async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
                       max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
-        """Records by partition, waiting up to ``timeout_ms`` for some (a poll)."""
+        """Records by partition, waiting up to ``timeout_ms`` for some (a poll).
+
+        A record that cannot be read raises :class:`CorruptRecordError` (partition and
+        offset) once the records before it have been returned, at every poll until a
+        ``seek`` moves that partition on (``seek(err.topic_partition, err.offset + 1)``).
+        """
         self._check_open()
         with self._lock:
             self._m.poll_started(self._clock())
@@ -368,9 +373,9 @@ class Consumer:
             self._raise_pending()
             if self._subs.missing_positions():
                 await self._fetcher.update_positions(self.group_id)
-            if self._fetcher.error is not None:
-                err, self._fetcher.error = self._fetcher.error, None
-                raise err
+            bad = self._fetcher.record_error(only)
+            if bad is not None:
+                raise bad
             records = self._drain(max_records, only)
             self._fetcher.maybe_fetch(self._fetch_group())
             if records:

@@ -22,11 +22,14 @@
 
 The wire's own errors are the protocol layer's and are re-exported here, as the SDK lets
 them through: ``ProtocolError`` ← ``RemoteProtocolError`` (the broker broke the contract,
-e.g. an undecodable answer) ← ``CorruptBatchError`` (fetched bytes that are no batch).
+e.g. an undecodable answer) ← ``CorruptBatchError`` (fetched bytes that are no batch) ←
+``CorruptRecordError`` (also a ``GroupwireError``: the consumer read every record before
+``offset`` of ``topic_partition`` and cannot read the one there; seek past it).
 """
 
 from __future__ import annotations
 
+from groupwire.client.types import TopicPartition
 from groupwire.protocol.batches import CorruptBatchError
 from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolError
 
@@ -41,6 +44,7 @@ __all__ = [
     "CoordinatorNotAvailableError",
     "CorruptBatchError",
     "CorruptMessageError",
+    "CorruptRecordError",
     "FencedInstanceIdError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
@@ -53,6 +57,7 @@ __all__ = [
     "InvalidCommitOffsetSizeError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
+    "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidSessionTimeoutError",
@@ -67,6 +72,7 @@ __all__ = [
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "PartitionNotOwnedError",
+    "PolicyViolationError",
     "ProtocolError",
     "RebalanceInProgressError",
     "RemoteProtocolError",
@@ -142,6 +148,21 @@ class IncompatibleBrokerError(GroupwireError):
 
 class ConnectionClosedError(ConnectionError):
     """The connection closed (or failed) before the response arrived."""
+
+
+class CorruptRecordError(CorruptBatchError, GroupwireError):
+    """A fetched record (or batch) at ``offset`` of ``topic_partition`` cannot be read.
+
+    Kafka's consumer raises CorruptRecordException for this. Every record before it has
+    been returned by earlier polls; polls raise this until the application moves on with
+    ``seek(err.topic_partition, err.offset + 1)``, which skips this one record (a batch
+    that is bad as a whole fails again at each of its offsets).
+    """
+
+    def __init__(self, topic_partition: TopicPartition, offset: int, message: str) -> None:
+        super().__init__(f"{topic_partition} offset {offset}: {message}", offset=offset)
+        self.message = message   # the cause alone; str() also says where
+        self.topic_partition = topic_partition
 
 
 # One class per code, so applications can catch exactly what they handle.
@@ -247,6 +268,12 @@ class InvalidRequestError(BrokerResponseError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class PolicyViolationError(BrokerResponseError):
+    """A valid request beyond a limit the broker's operator set (e.g. --max-partitions)."""
+
+    code = ErrorCode.POLICY_VIOLATION
+
+
 class KafkaStorageError(BrokerResponseError):
     code = ErrorCode.KAFKA_STORAGE_ERROR
 
@@ -269,6 +296,12 @@ class GroupMaxSizeReachedError(BrokerResponseError):
 
 class FencedInstanceIdError(BrokerResponseError):
     code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class InvalidRecordError(BrokerResponseError):
+    """Produce refused a batch holding rows that are not records; the message names them."""
+
+    code = ErrorCode.INVALID_RECORD
 
 
 class UnstableOffsetCommitError(BrokerResponseError):
@@ -305,12 +338,14 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
     ErrorCode.INVALID_REPLICATION_FACTOR: InvalidReplicationFactorError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.POLICY_VIOLATION: PolicyViolationError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.NON_EMPTY_GROUP: NonEmptyGroupError,
     ErrorCode.GROUP_ID_NOT_FOUND: GroupIdNotFoundError,
     ErrorCode.MEMBER_ID_REQUIRED: MemberIdRequiredError,
     ErrorCode.GROUP_MAX_SIZE_REACHED: GroupMaxSizeReachedError,
     ErrorCode.FENCED_INSTANCE_ID: FencedInstanceIdError,
+    ErrorCode.INVALID_RECORD: InvalidRecordError,
     ErrorCode.UNSTABLE_OFFSET_COMMIT: UnstableOffsetCommitError,
     ErrorCode.PARTITION_NOT_OWNED: PartitionNotOwnedError,
 }

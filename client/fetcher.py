@@ -4,6 +4,11 @@ One Fetch at a time covers every assigned, unpaused, owned partition with an emp
 it runs while the application processes what the previous one returned. Answers for a
 partition no longer assigned, or whose fetch offset moved (seek, a new assignment), are
 dropped; partitions kept across a rebalance keep theirs.
+
+A record that cannot be read (a poison batch an old broker stored) stops its partition:
+the records before it are buffered as usual, and once the application has polled them all
+:meth:`Fetcher.record_error` hands out a :class:`CorruptRecordError` naming the partition
+and offset, at every poll, until a seek moves the partition on.
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from groupwire.client.errors import OffsetOutOfRangeError, error_for
-from groupwire.client.subscription import SubscriptionState
+from groupwire.client.errors import CorruptRecordError, OffsetOutOfRangeError, error_for
+from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
-from groupwire.protocol.batches import CorruptBatchError, decode_records
+from groupwire.protocol.batches import decode_records_partial
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     FetchGroup,
@@ -63,7 +68,9 @@ class Fetcher:
         self._spawn = spawn or _loop_task
         self._task: asyncio.Task[None] | None = None
         self._drain_from = 0
-        self.error: BaseException | None = None
+        # partition -> (its state then, the fetch offset it stopped at, the error): void
+        # once the partition is reassigned or its fetch offset moves (a seek)
+        self._stopped: dict[TopicPartition, tuple[PartitionState, int, CorruptRecordError]] = {}
         self.on_done: Callable[[], None] | None = None   # wakes the poll
 
     # --- positions ---------------------------------------------------------------------
@@ -141,7 +148,7 @@ class Fetcher:
         """Start the next Fetch unless one is in flight or nothing is fetchable."""
         if self.in_flight:
             return
-        tps = self._subs.fetchable()
+        tps = [tp for tp in self._subs.fetchable() if self._stopped_at(tp) is None]
         if not tps:
             return
         self._task = self._spawn(self._fetch(tps, group, self._subs.epoch), "groupwire-fetch")
@@ -218,20 +225,45 @@ class Fetcher:
                     continue
                 if not p.records:
                     continue
-                try:
-                    decoded = decode_records(p.records, requested)
-                except CorruptBatchError as exc:
-                    self.error = exc
-                    continue
-                if not decoded:
-                    continue
+                decoded, bad = decode_records_partial(p.records, requested)
                 t, part = tp
                 for r in decoded:
                     st.buffer.append(Record(t, part, r.offset, r.key, r.value,
                                             r.timestamp_ms, r.headers))
-                st.fetch_offset = decoded[-1].offset + 1
+                if decoded:
+                    st.fetch_offset = decoded[-1].offset + 1
+                if bad is not None:
+                    at = st.fetch_offset
+                    offset = bad.offset if bad.offset >= 0 else at
+                    log.warning("cannot read %s at offset %d: %s", tp, offset, bad.message)
+                    self._stopped[tp] = (st, at, CorruptRecordError(tp, offset, bad.message))
         if failed:  # answered at once with an error: do not spin
             await asyncio.sleep(self._backoff)
+
+    def record_error(self, only: set[TopicPartition]) -> CorruptRecordError | None:
+        """The error of a partition stopped at a record it cannot read, once every record
+        before it has been polled (never instead of them); of ``only`` if given. Stays
+        until the partition is sought elsewhere, as Kafka's consumer does."""
+        for tp in list(self._stopped):
+            at = self._stopped_at(tp)
+            if at is None:
+                continue
+            st = self._subs.partitions[tp]
+            if not st.paused and not st.buffer and st.position == at and (not only
+                                                                          or tp in only):
+                return self._stopped[tp][2]
+        return None
+
+    def _stopped_at(self, tp: TopicPartition) -> int | None:
+        """The fetch offset ``tp`` is stopped at, or None (dropping a void stop)."""
+        stop = self._stopped.get(tp)
+        if stop is None:
+            return None
+        st, at, _err = stop
+        if self._subs.partitions.get(tp) is not st or st.fetch_offset != at:
+            del self._stopped[tp]
+            return None
+        return at
 
     def drain(self, max_records: int) -> dict[TopicPartition, list[Record]]:
         """Take up to ``max_records`` buffered records of unpaused partitions.

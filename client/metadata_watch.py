@@ -2,7 +2,7 @@
 
 Every ``metadata_max_age_ms`` a stable member reads Metadata; it asks for a rebalance
 when a pattern now matches other topics, or (as the leader, who assigned from partition
-counts) when a subscribed topic's partition count moved.
+counts) when a subscribed topic's partition count moved, or it appeared or was deleted.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class MetadataWatch:
                 known = assigned.get(topic)
                 if (n != known) if known is not None else topic in current:
                     rejoin = True
+            if any(t in current and t not in counts for t in assigned):
+                rejoin = True  # deleted since: assign again without it (Kafka does)
         if rejoin:
             with self._lock:
                 if self._is_joining() or self._m.generation != generation:

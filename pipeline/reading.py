@@ -24,7 +24,14 @@ import pyarrow.compute as pc
 from groupwire.client.cluster import Cluster
 from groupwire.pipeline.offsets import OffsetRange
 from groupwire.pipeline.schema import arrow_schema, headers_type
-from groupwire.protocol.batches import HEADER_SIZE, CorruptBatchError, iter_batch_spans
+from groupwire.protocol.batches import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptBatchError,
+    decode_records_partial,
+    iter_batch_spans,
+    record_problem,
+)
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 
@@ -80,7 +87,10 @@ def read_range(task: ReadTask) -> Iterator[pa.RecordBatch]:
                     raw, topic, part = runner.run(chunks.__anext__())
                 except StopAsyncIteration:
                     return
-                batch = _to_arrow(raw, topic, part)
+                try:
+                    batch = _to_arrow(raw, topic, part)
+                except (TypeError, ValueError, pa.ArrowException) as exc:
+                    raise _unreadable(raw, topic, part, exc) from exc
                 if batch is not None:
                     yield batch
         finally:
@@ -136,9 +146,9 @@ async def _fetch_chunks(task: ReadTask,
                     continue
                 try:
                     rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False)
-                except (ValueError, msgpack.UnpackException) as exc:
-                    raise ReadError(f"undecodable records in {where} at offset "
-                                    f"{header.base_offset}: {exc}") from exc
+                except (ValueError, TypeError, msgpack.UnpackException):
+                    rows = _rows_around_bad(bytes(view[start:end]), header, offset, r.end,
+                                            where)
                 if not isinstance(rows, list) or len(rows) != header.record_count:
                     raise ReadError(f"records of {where} at offset {header.base_offset} "
                                     "do not match the batch header")
@@ -205,6 +215,37 @@ def _lost(task: ReadTask, offset: int, log_start: int, high_watermark: int) -> i
         raise DataLossError(what + "; set failOnDataLoss=false to skip lost records")
     log.warning("groupwire data loss, skipped: %s", what)
     return resume
+
+
+def _rows_around_bad(batch: bytes, header: BatchHeader, offset: int, end: int,
+                     where: str) -> list[Any]:
+    """The rows of a batch holding a row that does not unpack (a poison batch an old broker
+    stored): those before it, placed at their index, when it lies past the range; else a
+    ReadError naming its offset."""
+    base, base_ts = header.base_offset, header.base_timestamp_ms
+    good, bad = decode_records_partial(batch, max(offset, base))
+    if bad is not None and bad.offset < end:
+        raise ReadError(f"cannot read {where} at offset {bad.offset}: {bad.message}")
+    rows: list[Any] = [None] * header.record_count
+    for rec in good:
+        rows[rec.offset - base] = [rec.offset - base, rec.timestamp_ms - base_ts, rec.key,
+                                   rec.value, rec.headers]
+    return rows
+
+
+def _unreadable(chunks: list[_Chunk], topic: str, partition: int,
+                exc: Exception) -> ReadError:
+    """A ReadError naming the first record of ``chunks`` that is not a record (§5.1), for
+    a Fetch answer whose columns could not be built."""
+    for rows, first, _base_ts in chunks:
+        for i, row in enumerate(rows):
+            problem = record_problem(row)
+            if problem is not None:
+                return ReadError(f"cannot read {topic}[{partition}] at offset {first + i}: "
+                                 f"{problem}")
+    first = chunks[0][1] if chunks else -1
+    return ReadError(f"cannot read {topic}[{partition}] from offset {first}: "
+                     f"{type(exc).__name__}: {exc}")
 
 
 def _to_arrow(chunks: list[_Chunk], topic: str, partition: int,

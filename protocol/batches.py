@@ -1,10 +1,12 @@
 """Record batches (docs/protocol.md §5): encode, check, patch and split them without I/O.
 
 A batch is one msgpack value ``[header, records]`` whose 31-byte header has fixed widths,
-so the broker can check it and patch its base offset in place with ``struct`` alone. The
-broker never builds record objects: :func:`validate_batch` walks the records with a
-streaming unpacker's ``skip``, and stored batches are served byte for byte. Only clients
-(and the broker's own replay of internal topics) call :func:`decode_records`.
+so the broker can check it and patch its base offset in place with ``struct`` alone.
+:func:`validate_batch` checks the framing (walking the records with a streaming unpacker's
+``skip``); :func:`check_records` then checks that every row is a record, so that no batch
+a consumer cannot read is ever stored. Stored batches are served byte for byte. Only
+clients (and the broker's own replay of internal topics) build records, with
+:func:`decode_records` or, to keep what precedes a bad record, :func:`decode_records_partial`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from itertools import chain, islice
+from typing import Final, NoReturn
 
 import msgpack
 
@@ -31,6 +34,22 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _MARKERS: Final = (0x92, 0x95, 0xCF, 0xD3, 0xCE, 0xCE)
 _MAX_UINT64: Final = (1 << 64) - 1
+
+RECORD_CHUNK: Final = 4096
+"""Rows :func:`check_records` decodes at a time: bounds the objects alive for one batch."""
+
+MAX_RECORD_ERRORS: Final = 10
+"""Bad rows one :class:`MalformedRecordError` names at most (the rest are not looked for)."""
+
+_UNPACK_ERRORS: Final = (ValueError, TypeError, msgpack.UnpackException)
+"""What unpacking well-formed msgpack can still raise: bad UTF-8, a non-str map key, a
+bad timestamp ext, nesting too deep."""
+_INDEXES: Final = tuple(range(RECORD_CHUNK))
+_TUPLE: Final = frozenset({tuple})
+_INT: Final = frozenset({int})
+_STR: Final = frozenset({str})
+_TWO: Final = frozenset({2})
+_BIN_OR_NIL: Final = frozenset({bytes, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +104,40 @@ class CorruptBatchError(RemoteProtocolError):
     """Bytes that are not a valid batch; the message says which check failed.
 
     ``position`` is where the offending batch starts in the buffer that was checked, so a
-    log recovering from a torn write knows where its last good batch ends.
+    log recovering from a torn write knows where its last good batch ends. ``offset`` is
+    the first offset that could not be read, when known (-1 otherwise): a reader that
+    skips it (or the batch) can carry on.
     """
 
     code: ErrorCode = ErrorCode.CORRUPT_MESSAGE
 
-    def __init__(self, message: str, *, position: int = 0) -> None:
+    def __init__(self, message: str, *, position: int = 0, offset: int = -1) -> None:
         super().__init__(message)
         self.message = message
         self.position = position
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """One row of a batch that is not a record: its index in the batch, and why."""
+
+    batch_index: int
+    message: str
+
+
+class MalformedRecordError(CorruptBatchError):
+    """A well-framed batch (CRC and all) holding rows that are not records (§5.1).
+
+    ``record_errors`` names the first :data:`MAX_RECORD_ERRORS` of them, in row order.
+    """
+
+    code: ErrorCode = ErrorCode.INVALID_RECORD
+
+    def __init__(self, message: str, *, position: int = 0, offset: int = -1,
+                 record_errors: Sequence[RecordError] = ()) -> None:
+        super().__init__(message, position=position, offset=offset)
+        self.record_errors = list(record_errors)
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -176,6 +220,57 @@ def validate_batch(data: bytes) -> BatchHeader:
     return header
 
 
+def check_records(data: bytes, header: BatchHeader, *,
+                  limit: int = MAX_RECORD_ERRORS) -> None:
+    """Check that every row of a batch :func:`validate_batch` passed is a record (§5.1).
+
+    What a consumer's :func:`decode_records` would fail on, refused before it is stored.
+    Rows are unpacked as tuples (cheaper than lists), at most :data:`RECORD_CHUNK` at a
+    time so memory stays bounded, and each chunk is checked a column at a time with
+    C-level builtins; only a chunk that fails is looked at row by row. Raises
+    :class:`MalformedRecordError` naming up to ``limit`` bad rows.
+    """
+    count = header.record_count
+    view = memoryview(data)
+    at = HEADER_SIZE + _array_header_size(data[HEADER_SIZE])
+    errors: list[RecordError] = []
+    if count <= RECORD_CHUNK:  # one chunk: unpackb is faster than iterating an Unpacker
+        try:
+            rows = msgpack.unpackb(view[HEADER_SIZE:], raw=False, use_list=False)
+        except _UNPACK_ERRORS:
+            _walk_rows(view, at, 0, count, errors)
+        else:
+            _check_chunk(rows, 0, errors)
+    else:
+        index = 0
+        unpacker: msgpack.Unpacker | None = None
+        fed_at = at
+        while index < count and len(errors) < limit:
+            n = min(RECORD_CHUNK, count - index)
+            if unpacker is None:
+                unpacker = msgpack.Unpacker(raw=False, use_list=False,
+                                            max_buffer_size=len(data))
+                unpacker.feed(view[at:])
+                fed_at = at
+            chunk_at = fed_at + unpacker.tell()
+            try:
+                chunk = tuple(islice(unpacker, n))
+            except _UNPACK_ERRORS:  # find the row that does not unpack by its bytes
+                at = _walk_rows(view, chunk_at, index, n, errors)
+                unpacker = None
+            else:
+                _check_chunk(chunk, index, errors)
+            index += n
+    if errors:
+        del errors[limit:]
+        first = errors[0]
+        more = " or more" if len(errors) == limit else ""
+        raise MalformedRecordError(
+            f"record {first.batch_index}: {first.message}"
+            + (f" ({len(errors)}{more} bad records)" if len(errors) > 1 else ""),
+            offset=header.base_offset + first.batch_index, record_errors=errors)
+
+
 def iter_batch_spans(buf: bytes | memoryview, *, check_crc: bool = True,
                      ) -> Iterator[tuple[BatchHeader, int, int]]:
     """``(header, start, end)`` of each batch in a concatenation of whole batches.
@@ -220,18 +315,41 @@ def decode_records(data: bytes, min_offset: int = 0) -> list[DecodedRecord]:
     """Every record of every batch in ``data`` at offset ``min_offset`` or above.
 
     Batches are CRC-checked; whole batches below ``min_offset`` are skipped undecoded.
+    Raises :class:`CorruptBatchError` at the first bad batch or record.
+    """
+    out, error = decode_records_partial(data, min_offset)
+    if error is not None:
+        raise error
+    return out
+
+
+def decode_records_partial(data: bytes, min_offset: int = 0,
+                           ) -> tuple[list[DecodedRecord], CorruptBatchError | None]:
+    """The records :func:`decode_records` returns, up to the first bad batch or record.
+
+    Returns every good record before the fault, and the fault (None if there is none)
+    with ``offset`` set to the first offset not returned, so that a reader can hand out
+    what it has and report where it stopped. Rows below ``min_offset`` are skipped
+    unchecked, so reading from the offset after a bad record gets past it.
     """
     out: list[DecodedRecord] = []
     view = memoryview(data)
-    for header, start, end in iter_batch_spans(data):
-        if header.last_offset < min_offset:
-            continue
-        try:
-            rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False, use_list=True)
-        except (ValueError, UnicodeDecodeError, msgpack.UnpackException) as exc:
-            raise CorruptBatchError(f"undecodable records: {exc}", position=start) from exc
-        _decode_rows(rows, header, min_offset, start, out)
-    return out
+    try:
+        for header, start, end in iter_batch_spans(data):
+            if header.last_offset < min_offset:
+                continue
+            try:
+                rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False,
+                                       use_list=True)
+            except _UNPACK_ERRORS:  # some row does not unpack: read the batch row by row
+                _decode_rows_one_by_one(view, header, start, end, min_offset, out)
+            else:
+                _decode_rows(rows, header, min_offset, start, out)
+    except CorruptBatchError as exc:
+        if exc.offset < 0:
+            exc.offset = _first_unread(view, exc.position, min_offset, out)
+        return out, exc
+    return out, None
 
 
 # --- internals ----------------------------------------------------------------------------
@@ -276,35 +394,174 @@ def _skip(unpacker: msgpack.Unpacker, pos: int) -> None:
 
 def _decode_rows(rows: object, header: BatchHeader, min_offset: int, pos: int,
                  out: list[DecodedRecord]) -> None:
+    """Append the records of one batch's unpacked rows; rows below ``min_offset`` are not
+    checked (a reader seeks past a bad one). Raises at the first bad row, after appending
+    every record before it."""
     if not isinstance(rows, list) or len(rows) != header.record_count:
-        raise CorruptBatchError("records array does not match record_count", position=pos)
+        raise CorruptBatchError("records array does not match record_count", position=pos,
+                                offset=max(header.base_offset, min_offset))
     base, base_ts = header.base_offset, header.base_timestamp_ms
-    for index, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != 5:
-            raise CorruptBatchError(f"record {index} is not a 5-item array", position=pos)
+    for index in range(max(0, min_offset - base), len(rows)):
+        row = rows[index]
+        if type(row) is not list or len(row) != 5:
+            _bad_row(row, index, header, pos)
         delta, ts_delta, key, value, raw_headers = row
-        if delta != index or type(ts_delta) is not int:
-            raise CorruptBatchError(f"record {index}: bad offset or timestamp delta",
-                                    position=pos)
+        if (delta != index or type(ts_delta) is not int
+                or not (key is None or type(key) is bytes)
+                or not (value is None or type(value) is bytes)):
+            _bad_row(row, index, header, pos)
+        if raw_headers == []:
+            headers: list[tuple[str, bytes | None]] = []
+        else:
+            if _headers_problem(raw_headers) is not None:
+                _bad_row(row, index, header, pos)
+            headers = [(name, hv) for name, hv in raw_headers]
+        out.append(DecodedRecord(base + index, base_ts + ts_delta, key, value, headers))
+
+
+def _decode_rows_one_by_one(view: memoryview, header: BatchHeader, start: int, end: int,
+                            min_offset: int, out: list[DecodedRecord]) -> None:
+    """:func:`_decode_rows` for a batch that does not unpack whole: each row on its own,
+    so the records before the one that does not unpack are still read."""
+    base = header.base_offset
+    at = start + HEADER_SIZE + _array_header_size(view[start + HEADER_SIZE])
+    skipper = _unpacker(end - at)
+    skipper.feed(view[at:end])
+    rows: list[object] = []
+    for index in range(header.record_count):
+        row_start = skipper.tell()
+        skipper.skip()   # the framing was checked: each row skips
         if base + index < min_offset:
+            rows.append(None)
             continue
-        if not (key is None or type(key) is bytes) or not (value is None
-                                                           or type(value) is bytes):
-            raise CorruptBatchError(f"record {index}: key and value must be bin or nil",
-                                    position=pos)
-        out.append(DecodedRecord(base + index, base_ts + ts_delta, key, value,
-                                 [] if raw_headers == [] else
-                                 _decode_headers(raw_headers, index, pos)))
+        try:
+            rows.append(msgpack.unpackb(view[at + row_start:at + skipper.tell()],
+                                        raw=False, use_list=True))
+        except _UNPACK_ERRORS as exc:
+            _decode_rows(rows, BatchHeader(base, header.base_timestamp_ms, len(rows),
+                                           header.crc, header.attributes),
+                         min_offset, start, out)
+            raise CorruptBatchError(
+                f"record {index} of the batch at offset {base}: does not unpack: {exc}",
+                position=start, offset=base + index) from exc
+    _decode_rows(rows, header, min_offset, start, out)
 
 
-def _decode_headers(raw: object, index: int, pos: int) -> list[tuple[str, bytes | None]]:
-    if not isinstance(raw, list):
-        raise CorruptBatchError(f"record {index}: headers are not an array", position=pos)
-    headers: list[tuple[str, bytes | None]] = []
-    for item in raw:
-        if (not isinstance(item, list) or len(item) != 2 or type(item[0]) is not str
+def _bad_row(row: object, index: int, header: BatchHeader, pos: int) -> NoReturn:
+    problem = _row_problem(row, index) or "not a record"
+    raise CorruptBatchError(
+        f"record {index} of the batch at offset {header.base_offset}: {problem}",
+        position=pos, offset=header.base_offset + index)
+
+
+def record_problem(row: object, index: int | None = None) -> str | None:
+    """Why an unpacked ``row`` is not a record (§5.1), or None if it is one; with
+    ``index``, its offset_delta must also be that (its place in the batch)."""
+    return _row_problem(row, index)
+
+
+def _row_problem(row: object, index: int | None) -> str | None:
+    if not isinstance(row, list | tuple) or len(row) != 5:
+        return f"not a 5-item array ({_kind(row)})"
+    delta, ts_delta, key, value, headers = row
+    if index is not None and (type(delta) is not int or delta != index):
+        return f"offset_delta must be the record's index {index}"
+    if type(ts_delta) is not int:
+        return f"timestamp_delta_ms is {_kind(ts_delta)}, not an int"
+    if not (key is None or type(key) is bytes):
+        return f"key is {_kind(key)}, not bin or nil"
+    if not (value is None or type(value) is bytes):
+        return f"value is {_kind(value)}, not bin or nil"
+    return _headers_problem(headers)
+
+
+def _headers_problem(headers: object) -> str | None:
+    if not isinstance(headers, list | tuple):
+        return f"headers are {_kind(headers)}, not an array"
+    for item in headers:
+        if (not isinstance(item, list | tuple) or len(item) != 2 or type(item[0]) is not str
                 or not (item[1] is None or type(item[1]) is bytes)):
-            raise CorruptBatchError(f"record {index}: a header is not [str, bin|nil]",
-                                    position=pos)
-        headers.append((item[0], item[1]))
-    return headers
+            return "a header is not [str, bin|nil]"
+    return None
+
+
+def _kind(value: object) -> str:
+    """A msgpack-ish name for a value's type, never the value (it may be megabytes)."""
+    if isinstance(value, list | tuple):
+        return f"an array of {len(value)}"
+    return {type(None): "nil", bool: "a bool", int: "an int", float: "a float",
+            str: "a str", bytes: "a bin", dict: "a map"}.get(type(value), "an ext")
+
+
+def _check_chunk(rows: tuple[object, ...], first: int, errors: list[RecordError]) -> None:
+    """Add the bad rows among ``rows`` (records ``first``, ``first + 1``, ...) to
+    ``errors``."""
+    if _rows_ok(rows, first):
+        return
+    for index, row in enumerate(rows, first):
+        problem = _row_problem(row, index)
+        if problem is not None:
+            errors.append(RecordError(index, problem))
+
+
+def _rows_ok(rows: tuple[object, ...], first: int) -> bool:
+    """Whether tuple-unpacked ``rows`` are records ``first``, ``first + 1``, ...: each
+    check is one C-level pass over a column, as cheap as checking per row can be.
+
+    A row that is not a 5-item array stops ``zip`` (not iterable, or another length) or
+    fails a column: a str or map row has no int offset_delta, a bin row no bin key.
+    """
+    try:
+        deltas, stamps, keys, values, headers = zip(*rows, strict=True)
+    except (TypeError, ValueError):
+        return False
+    n = len(rows)
+    indexes = _INDEXES[:n] if first == 0 else tuple(range(first, first + n))
+    if (deltas != indexes or set(map(type, deltas)) != _INT
+            or set(map(type, stamps)) != _INT
+            or not set(map(type, keys + values)) <= _BIN_OR_NIL):
+        return False
+    if headers.count(()) == n:
+        return True
+    if set(map(type, headers)) != _TUPLE:
+        return False
+    items = tuple(chain.from_iterable(headers))
+    if set(map(type, items)) != _TUPLE or set(map(len, items)) != _TWO:
+        return False
+    names, header_values = zip(*items, strict=True)
+    return set(map(type, names)) == _STR and set(map(type, header_values)) <= _BIN_OR_NIL
+
+
+def _walk_rows(view: memoryview, at: int, first: int, n: int,
+               errors: list[RecordError]) -> int:
+    """Check ``n`` rows starting at byte ``at`` one by one; returns where they end."""
+    skipper = _unpacker(len(view) - at)
+    skipper.feed(view[at:])
+    for index in range(first, first + n):
+        row_start = skipper.tell()
+        skipper.skip()   # the framing was checked: each row skips
+        try:
+            row = msgpack.unpackb(view[at + row_start:at + skipper.tell()], raw=False,
+                                  use_list=False)
+        except _UNPACK_ERRORS as exc:
+            errors.append(RecordError(index, f"does not unpack: {exc}"))
+            continue
+        problem = _row_problem(row, index)
+        if problem is not None:
+            errors.append(RecordError(index, problem))
+    return at + int(skipper.tell())
+
+
+def _array_header_size(tag: int) -> int:
+    """Bytes of the array header whose type byte is ``tag`` (checked by the caller)."""
+    return 1 if tag < 0xDC else 3 if tag == 0xDC else 5
+
+
+def _first_unread(view: memoryview, position: int, min_offset: int,
+                  out: list[DecodedRecord]) -> int:
+    """The offset a batch-level fault at ``position`` stops a reader at."""
+    offset = out[-1].offset + 1 if out else min_offset
+    try:
+        return max(offset, read_header(view, position).base_offset)
+    except CorruptBatchError:
+        return offset

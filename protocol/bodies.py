@@ -1,6 +1,7 @@
 """Every message's body codecs, generated once at import into a read-only table.
 
-Requests get a decoder (the broker reads them) and an encoder under the request rules
+Requests get a decoder (the broker reads them; array fields at most
+:data:`~groupwire.protocol.limits.MAX_ARRAY_ITEMS` long) and an encoder under the request rules
 (the SDK writes them); responses a decoder and an encoder under the response rules; every
 class nested in them gets the same. Generating all of them costs a few milliseconds at
 import and keeps use free of side effects: nothing is filled in later.
@@ -15,6 +16,7 @@ from typing import Any, Final, TypeVar, cast
 
 from groupwire.protocol.codegen import FieldError, Fn, Generator, Rules
 from groupwire.protocol.errors import BodyError, MalformedRequestError
+from groupwire.protocol.limits import MAX_ARRAY_ITEMS
 from groupwire.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES, Request, Response
 
 __all__ = ["BODY_CODECS", "BodyCodecs", "decode_message", "encode_message"]
@@ -35,8 +37,8 @@ class BodyCodecs:
         cls, requests: Iterable[type[Request]], responses: Iterable[type[Response]]
     ) -> BodyCodecs:
         generator = Generator()
-        for request in requests:
-            generator.decoder(request)
+        for request in requests:  # what a broker reads is bounded (protocol.limits)
+            generator.decoder(request, max_items=MAX_ARRAY_ITEMS)
             generator.encoder(request, Rules.REQUEST)
         for response in responses:
             generator.decoder(response)

@@ -12,6 +12,8 @@ Decoding (requests and responses alike):
 - Types are strict: ``bool`` is not an int and an int is not a bool, ints must fit their
   ``IntRange``, bytes are msgpack bin, floats and ext types are refused.
 - Errors name the path: ``topics[0].partitions[2].fetch_offset: expected long``.
+- A decoder written with ``max_items`` (requests: ``protocol.limits.MAX_ARRAY_ITEMS``)
+  refuses a longer array field before reading its elements.
 
 Encoding (fields in dataclass order), chosen so that docs/protocol.md §10 is reproduced
 byte for byte:
@@ -209,10 +211,14 @@ def _nullable(fn: Fn) -> Fn:
     return nullable
 
 
-def _list_decoder(elem: Fn) -> Fn:
+def _list_decoder(elem: Fn, max_items: int | None) -> Fn:
+    limit = -1 if max_items is None else max_items
+
     def dec(v: Any) -> Any:
         if type(v) is not list:
             raise FieldError("expected array")
+        if limit >= 0 and len(v) > limit:
+            raise FieldError(f"{len(v)} items over the limit of {limit}")
         try:
             return [elem(e) for e in v]
         except FieldError as err:
@@ -272,13 +278,19 @@ class Generator:
 
     def __init__(self) -> None:
         self._hints: dict[type, dict[str, Any]] = {}
-        self._decoders: dict[type, Fn] = {}
+        self._decoders: dict[tuple[type, int | None], Fn] = {}
         self._encoders: dict[tuple[type, Rules], Fn] = {}
         self._scalars: dict[tuple[str, IntRange | None], Fn] = {}
 
     def decoders(self) -> dict[type, Fn]:
-        """Every class decoder written so far."""
-        return dict(self._decoders)
+        """Every class decoder written so far (TypeError if a class was written under two
+        array limits: then one table could not say which a caller gets)."""
+        out: dict[type, Fn] = {}
+        for (cls, _), dec in self._decoders.items():
+            if cls in out:
+                raise TypeError(f"{cls.__name__} decoded under two array limits")
+            out[cls] = dec
+        return out
 
     def encoders(self, rules: Rules) -> dict[type, Fn]:
         """Every class encoder following ``rules`` written so far."""
@@ -286,14 +298,16 @@ class Generator:
 
     # --- decoders ---
 
-    def decoder(self, cls: type) -> Fn:
-        """Plain msgpack data -> ``cls``, or :class:`FieldError` naming the bad path."""
-        dec = self._decoders.get(cls)
+    def decoder(self, cls: type, *, max_items: int | None = None) -> Fn:
+        """Plain msgpack data -> ``cls``, or :class:`FieldError` naming the bad path;
+        with ``max_items``, no array field (at any depth) may be longer."""
+        dec = self._decoders.get((cls, max_items))
         if dec is None:
             ns: dict[str, Any] = {}
-            lines = ["def dec(v):", *self._check_lines(cls, declines=False, ns=ns)]
+            lines = ["def dec(v):",
+                     *self._check_lines(cls, declines=False, ns=ns, max_items=max_items)]
             lines += _construct_lines(cls, [f"f{i}" for i in range(self._arity(cls))], ns)
-            dec = self._decoders[cls] = _compile(lines, "dec", ns)
+            dec = self._decoders[cls, max_items] = _compile(lines, "dec", ns)
         return dec
 
     def reader(
@@ -305,6 +319,7 @@ class Generator:
         prelude: Sequence[str],
         leading: Sequence[str],
         namespace: Mapping[str, Any],
+        max_items: int | None = None,
     ) -> Callable[..., Any]:
         """A decoder of ``cls`` specialised for a hot path, as one function.
 
@@ -317,12 +332,14 @@ class Generator:
         """
         ns = dict(namespace)
         lines = [f"def {name}({params}):", *("    " + line for line in prelude)]
-        lines += self._check_lines(cls, declines=True, ns=ns)
+        lines += self._check_lines(cls, declines=True, ns=ns, max_items=max_items)
         values = [*leading, *(f"f{i}" for i in range(self._arity(cls)))]
         lines.append(f"    return ({', '.join(values)},)")
         return _compile(lines, name, ns)
 
-    def _check_lines(self, cls: type, *, declines: bool, ns: dict[str, Any]) -> list[str]:
+    def _check_lines(
+        self, cls: type, *, declines: bool, ns: dict[str, Any], max_items: int | None
+    ) -> list[str]:
         """Lines checking the map ``v`` and reading field ``i`` of ``cls`` into ``f<i>``."""
         hints = self._hints_of(cls)
         fail = _declining if declines else _raising()
@@ -352,7 +369,7 @@ class Generator:
             if scalar is not None:
                 lines += ["    " + line for line in _scalar_check_lines(*scalar, var, fail)]
                 continue
-            ns[f"d{i}"] = self._plain_decoder(inner)
+            ns[f"d{i}"] = self._plain_decoder(inner, max_items)
             lines += ["    else:", "        try:", f"            {var} = d{i}({var})"]
             if declines:
                 lines += ["        except FieldError:", "            return None"]
@@ -364,23 +381,24 @@ class Generator:
                 ]
         return lines
 
-    def _value_decoder(self, tp: Any) -> Fn:
+    def _value_decoder(self, tp: Any, max_items: int | None) -> Fn:
         nullable, inner = _split_optional(tp)
-        dec = self._plain_decoder(inner)
+        dec = self._plain_decoder(inner, max_items)
         return _nullable(dec) if nullable else dec
 
-    def _plain_decoder(self, tp: Any) -> Fn:
+    def _plain_decoder(self, tp: Any, max_items: int | None) -> Fn:
         scalar = _scalar(tp)
         if scalar is not None:
             return self._scalar_decoder(scalar)
         if _is_dataclass(tp):
-            return self.decoder(tp)
+            return self.decoder(tp, max_items=max_items)
         origin = typing.get_origin(tp)
         if origin is list:
             (elem_tp,) = typing.get_args(tp)
-            return _list_decoder(self._value_decoder(elem_tp))
+            return _list_decoder(self._value_decoder(elem_tp, max_items), max_items)
         if origin is tuple:
-            return _tuple_decoder([self._value_decoder(a) for a in typing.get_args(tp)])
+            return _tuple_decoder(
+                [self._value_decoder(a, max_items) for a in typing.get_args(tp)])
         raise TypeError(f"unsupported field type {tp!r}")
 
     def _scalar_decoder(self, scalar: tuple[str, IntRange | None]) -> Fn:

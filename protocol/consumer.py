@@ -19,6 +19,7 @@ from typing import Any, Final, NoReturn
 import msgpack
 
 from groupwire.protocol.errors import LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.limits import SCAN_ABOVE_BYTES, LimitError, check_value
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -145,6 +146,11 @@ def _ext_hook(code: int, data: bytes) -> NoReturn:
 def _unpack_map(data: bytes, what: str) -> dict[str, Any]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ConsumerProtocolError(f"{what}: expected bin, got {type(data).__name__}")
+    if len(data) > SCAN_ABOVE_BYTES:  # bounded before built, as requests are (limits)
+        try:
+            check_value(bytes(data), 0)
+        except LimitError as exc:
+            raise ConsumerProtocolError(f"{what}: {exc}") from None
     try:
         obj = msgpack.unpackb(data, raw=False, use_list=True, ext_hook=_ext_hook)
     except ConsumerProtocolError as exc:

@@ -10,6 +10,9 @@ key, ignored elsewhere. Map keys must be str or bin on the wire (msgpack's
 ``strict_map_key``, which guards against hash flooding); other keys make the frame
 undecodable (EnvelopeError).
 
+Requests are decoded within :mod:`groupwire.protocol.limits`: a body over a limit is
+answered INVALID_REQUEST naming where, on its correlation id, before it is decoded.
+
 The answer the broker writes most is a NONE Heartbeat: :func:`pack_body` packs such a
 body once and :func:`frame_response_packed` wraps it around each correlation id.
 """
@@ -32,6 +35,13 @@ from groupwire.protocol.errors import (
     LocalProtocolError,
     MalformedRequestError,
     UnsupportedRequestError,
+)
+from groupwire.protocol.limits import (
+    MAX_STRING_BYTES,
+    SCAN_ABOVE_BYTES,
+    LimitError,
+    check_value,
+    read_envelope_head,
 )
 from groupwire.protocol.messages import (
     REQUEST_TYPES,
@@ -134,6 +144,12 @@ def decode_request(payload: bytes) -> RequestFrame:
     EnvelopeError: close the connection. UnsupportedRequestError / MalformedRequestError:
     answer with their ``code`` on their ``correlation_id``.
     """
+    # Walked first when large: msgpack would build whatever it holds (protocol.limits).
+    # A smaller payload cannot pass a limit: no str over MAX_STRING_BYTES fits in it.
+    if len(payload) > SCAN_ABOVE_BYTES:
+        refused = _over_limits(payload)
+        if refused is not None:
+            return refused
     try:  # _unpack inlined: this runs for every request
         obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=False)
     except (ValueError, TypeError) as exc:
@@ -172,6 +188,46 @@ def decode_request(payload: bytes) -> RequestFrame:
 
 
 _build_request_frame: Final = builder(RequestFrame)
+
+
+def _over_limits(payload: bytes) -> RequestFrame | None:
+    """Check a request's client id and body against protocol.limits without decoding it.
+
+    None when within them, or when the envelope is not readable (the caller's msgpack
+    decode then refuses the frame as before). Otherwise raises as ``decode_request``
+    would, in its order: UnsupportedRequestError for an api or version not served, else
+    MalformedRequestError naming the path; an ApiVersions of an unknown version is still
+    answered in v0 (§3), so it comes back as a frame.
+    """
+    head = read_envelope_head(payload)
+    if head is None or not (_is_int32(head.api_key) and _is_int32(head.api_version)
+                            and _is_int32(head.correlation_id)):
+        return None
+    key, version, cid = head.api_key, head.api_version, head.correlation_id
+    if head.client_id_bytes > MAX_STRING_BYTES:
+        problem = (f"client_id: string of {head.client_id_bytes} bytes over the limit of "
+                   f"{MAX_STRING_BYTES}")
+    else:
+        try:
+            check_value(payload, head.body_pos)
+        except LimitError as exc:
+            problem = str(exc)
+        else:
+            return None
+    entry = _REQUEST_DECODERS.get(key)
+    if entry is None:
+        raise UnsupportedRequestError(f"unknown api_key {key}", correlation_id=cid, api_key=key)
+    api_key, lo, hi = entry[:3]
+    if lo <= version <= hi:
+        raise MalformedRequestError(problem, correlation_id=cid, api_key=key)
+    if key != _API_VERSIONS:
+        raise UnsupportedRequestError(
+            f"{api_key.name} version {version} not supported ({lo}..{hi})",
+            correlation_id=cid,
+            api_key=key,
+        )
+    frame: RequestFrame = _build_request_frame(api_key, version, cid, None, ApiVersionsRequest())
+    return frame
 
 
 # --- responses ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Final, cast
 import msgpack
 
 from groupwire.protocol.codegen import Generator
+from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import ApiKey, HeartbeatRequest
 from groupwire.protocol.types import INT32_RANGE
 
@@ -36,8 +37,9 @@ if tuple(f.name for f in dataclasses.fields(HeartbeatRequest)) != _FIELD_ORDER:
 _LO, _HI = INT32_RANGE.lo, INT32_RANGE.hi
 
 # Binds the body to ``v`` if the payload is one v0 Heartbeat envelope, else returns None.
+# Payloads over SCAN_ABOVE_BYTES go to decode_request, which walks them first (limits).
 _ENVELOPE_PRELUDE: Final = (
-    "if not payload.startswith(HEARTBEAT_V0):",
+    f"if len(payload) > {SCAN_ABOVE_BYTES} or not payload.startswith(HEARTBEAT_V0):",
     "    return None",
     "try:",
     "    obj = unpackb(payload, raw=False, use_list=True, strict_map_key=False)",

@@ -53,6 +53,16 @@ class FrameDecoder:
         """Bytes held for an incomplete frame (header included), for slowloris checks."""
         return len(self._buf)
 
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes the partial frame will take once complete (header plus its announced
+        length), so memory can be reserved before its body arrives; ``buffered`` while
+        the header itself is incomplete, 0 when nothing is held."""
+        buf = self._buf
+        if len(buf) < HEADER_BYTES:
+            return len(buf)
+        return HEADER_BYTES + int(_HEADER.unpack_from(buf, 0)[0])
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add ``data``; return the payloads of every frame it completes, in order.
 

@@ -40,6 +40,7 @@ class ApiKey(enum.IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
 
@@ -158,6 +159,33 @@ class CreateTopicsResponse(Response):
     topics: list[CreatableTopicResult] = field(default_factory=list)
 
 
+# --- DeleteTopics (20) ------------------------------------------------------------------
+
+
+@_msg
+class DeleteTopicsRequest(Request):
+    """Kafka v0-v5's shape: names only (v6's ``topics [{name, topic_id}]`` exists to carry
+    topic ids, which this protocol has nowhere). ``timeout_ms`` is accepted for Kafka's
+    sake; deletion completes before the answer, so it never runs out."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_TOPICS
+    topic_names: list[str]
+    timeout_ms: Int32 = 60000
+
+
+@_msg
+class DeletableTopicResult:
+    name: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class DeleteTopicsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_TOPICS
+    responses: list[DeletableTopicResult] = field(default_factory=list)
+
+
 # --- CreatePartitions (37) --------------------------------------------------------------
 
 
@@ -208,11 +236,18 @@ class ProduceRequest(Request):
 
 
 @_msg
+class BatchIndexAndErrorMessage:
+    batch_index: Int32 = -1
+    batch_index_error_message: str | None = None
+
+
+@_msg
 class PartitionProduceResponse:
     index: Int32 = -1
     error_code: Int32 = 0
     error_message: str | None = None
     base_offset: Int64 = -1
+    record_errors: list[BatchIndexAndErrorMessage] = field(default_factory=list)
 
 
 @_msg
@@ -655,7 +690,7 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         ProduceRequest, FetchRequest, ListOffsetsRequest, FindCoordinatorRequest,
         JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
-        DeleteGroupsRequest,
+        DeleteGroupsRequest, DeleteTopicsRequest,
     )
 }
 RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
@@ -665,7 +700,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         ProduceResponse, FetchResponse, ListOffsetsResponse, FindCoordinatorResponse,
         JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
-        DeleteGroupsResponse,
+        DeleteGroupsResponse, DeleteTopicsResponse,
     )
 }
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}

@@ -6,7 +6,7 @@ does I/O."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from types import MethodType
 from typing import Final
 
@@ -23,7 +23,7 @@ from groupwire.broker.coordinator.member import NO_PARTITIONS
 from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
 from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
-from groupwire.broker.coordinator.records import GroupRecord
+from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
 from groupwire.broker.coordinator.state import DEAD, GroupState
 from groupwire.broker.coordinator.sync import handle_sync
 from groupwire.broker.coordinator.timers import TimerKey
@@ -151,6 +151,21 @@ class Coordinator:
         engine.out.reset()
         loading.start(engine, now_ms)
         return engine.out.build()
+
+    def delete_topic_offsets(self, topics: Collection[str]) -> Result:
+        """``topics`` were deleted: every group's committed offsets for their partitions
+        are forgotten and tombstoned (Kafka: ``GroupMetadataManager.cleanupGroupMetadata``
+        on deletion). The shell also calls it at start for topics that no longer exist
+        (a crash between a deletion and these tombstones)."""
+        engine = self._engine
+        engine.out.reset()
+        for group_id, (topic, partition) in engine.offsets.drop_topics(frozenset(topics)):
+            engine.out.records.append(OffsetDeleteRecord(group_id, topic, partition))
+        return engine.out.build()
+
+    def committed_topics(self) -> set[str]:
+        """Every topic some group has a committed offset for."""
+        return self._engine.offsets.topics()
 
     # --- undoing a commit whose record was not written ----------------------------------
 

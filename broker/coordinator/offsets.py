@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from groupwire.broker.coordinator.group import Group
@@ -43,6 +44,23 @@ class OffsetStore:
 
     def drop_group(self, group_id: str) -> list[TP]:
         return sorted(self._by_group.pop(group_id, {}))
+
+    def drop_topics(self, topics: Collection[str]) -> list[tuple[str, TP]]:
+        """Forget every group's offsets for partitions of ``topics``; returns what went,
+        as ``(group, partition)`` sorted."""
+        dropped: list[tuple[str, TP]] = []
+        for group_id, offsets in list(self._by_group.items()):
+            gone = sorted(tp for tp in offsets if tp[0] in topics)
+            for tp in gone:
+                del offsets[tp]
+                dropped.append((group_id, tp))
+            if not offsets:
+                del self._by_group[group_id]
+        return sorted(dropped)
+
+    def topics(self) -> set[str]:
+        """Every topic some group has an offset for."""
+        return {tp[0] for offsets in self._by_group.values() for tp in offsets}
 
 
 def expired_offsets(group: Group, offsets: dict[TP, CommittedOffset], now_ms: int,

@@ -1,4 +1,4 @@
-"""Storage settings: how often data reaches the disk, segment size, retention."""
+"""Storage settings: how often data reaches the disk, segment size, retention, limits."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ class StorageConfig:
     """Partitions of ``__consumer_offsets``; only read when the data dir is created."""
     retention_ms: int = -1
     retention_bytes: int = -1
+    max_open_files: int = 256
+    """Descriptors the store's file pool may hold (the broker derives it from
+    RLIMIT_NOFILE); partitions beyond what fits have their files reopened on use."""
+    max_partitions: int = 20_000
+    """Partitions the store hosts in all, internal ones included: creating more is
+    refused. Each costs memory (about 2 KB idle), start-up time and metric series."""
+    offline_retry_ms: int = 5000
+    """A log offline after a failed fsync tries to come back on the next append once
+    this long has passed since the failure (or since its last attempt)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fsync, FsyncPolicy):
@@ -38,3 +47,9 @@ class StorageConfig:
             raise ValueError(f"offsets_partitions must be >= 1, got {self.offsets_partitions}")
         if self.flush_interval_ms < 1:
             raise ValueError(f"flush_interval_ms must be >= 1, got {self.flush_interval_ms}")
+        if self.max_open_files < 16:
+            raise ValueError(f"max_open_files must be >= 16, got {self.max_open_files}")
+        if self.max_partitions < 1:
+            raise ValueError(f"max_partitions must be >= 1, got {self.max_partitions}")
+        if self.offline_retry_ms < 0:
+            raise ValueError(f"offline_retry_ms must be >= 0, got {self.offline_retry_ms}")

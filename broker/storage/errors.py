@@ -8,7 +8,8 @@
     ├── NoSuchPartitionError          no such topic or partition (also a KeyError)
     ├── TopicRefusedError             bad topic name, or an internal topic refused
     ├── TopicExistsError              CreateTopics for a name already taken
-    └── PartitionCountError           a partition count that is < 1 or does not grow
+    ├── PartitionCountError           a partition count that is < 1 or does not grow
+    └── PartitionLimitError           more partitions than the broker hosts (max_partitions)
 
 Named for what went wrong in the log; the SDK's classes for the same wire codes
 (``OffsetOutOfRangeError``, ``UnknownTopicOrPartitionError`` ...) keep Kafka's names.
@@ -54,3 +55,10 @@ class TopicExistsError(StorageError):
 
 class PartitionCountError(StorageError):
     code = ErrorCode.INVALID_PARTITIONS
+
+
+class PartitionLimitError(StorageError):
+    """Kafka's answer when a request would pass a limit the operator set (its controller
+    refuses too many partitions per request the same way): valid, but not here."""
+
+    code = ErrorCode.POLICY_VIOLATION

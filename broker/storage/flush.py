@@ -2,19 +2,20 @@
 
 ``take_dirty()`` (loop thread) lists what to sync and the log end offsets that covers;
 ``ticket.sync()`` (any thread) only calls fsync; ``complete(ticket)`` (loop thread) moves
-high watermarks. The ticket syncs private duplicates of the descriptors, so a segment that
-retention closes meanwhile cannot make it sync the wrong file. A log stays dirty until a
-completed ticket covers its end, so a round that fails or is never completed is retried.
+high watermarks. The ticket names pooled files, not descriptors: each is pinned in the
+pool only while its fsync runs, so a flush needs no descriptor beyond the pool's, and a
+segment that is evicted meanwhile was fsynced on its way out (the ticket then skips it).
+A log stays dirty until a completed ticket covers its end, so a round that fails or is
+never completed is retried.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.handles import HandlePool, PooledFile
 
 
 @dataclass(eq=False, slots=True)
@@ -23,19 +24,21 @@ class FlushItem:
 
     end_offset: int
     """Everything below this offset is durable once the ticket is synced."""
-    fds: list[int]
+    files: list[tuple[PooledFile, int]]
+    """Each file with the write generation the fsync must cover."""
     dirs: list[Path]
     on_synced: Callable[[], None]
     on_failed: Callable[[OSError], None]
+    error: OSError | None = None
+    """Set: the log already failed and this item only reports it (no fsync)."""
     synced: bool = False
 
 
 @dataclass(eq=False, slots=True)
 class FlushTicket:
     items: Sequence[FlushItem]
-    ops: FileOps
+    pool: HandlePool
     errors: list[OSError] = field(default_factory=list)
-    _released: bool = field(default=False, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -51,36 +54,25 @@ class FlushTicket:
         Raises the first ``OSError`` after trying every item. A log whose fsync failed
         refuses further appends: the kernel may have dropped its written pages.
         """
-        try:
-            for item in self.items:
-                try:
-                    for fd in item.fds:
-                        self.ops.fsync(fd)
-                    for directory in item.dirs:
-                        self.ops.fsync_dir(directory)
-                except OSError as exc:
-                    self.errors.append(exc)
-                    item.on_failed(exc)
-                else:
-                    item.synced = True
-        finally:
-            self.release()
+        for item in self.items:
+            if item.error is not None:
+                self.errors.append(item.error)
+                continue
+            try:
+                for f, generation in item.files:
+                    self.pool.sync(f, generation)
+                for directory in item.dirs:
+                    self.pool.ops.fsync_dir(directory)
+            except OSError as exc:
+                self.errors.append(exc)
+                item.on_failed(exc)
+            else:
+                item.synced = True
         if self.errors:
             raise self.errors[0]
 
-    def release(self) -> None:
-        """Close the duplicated descriptors (``sync`` and ``complete`` both do)."""
-        if self._released:
-            return
-        self._released = True
-        for item in self.items:
-            for fd in item.fds:
-                with contextlib.suppress(OSError):
-                    self.ops.close(fd)
-
     def complete(self) -> None:
         """Advance the high watermark of every log whose files were synced."""
-        self.release()
         for item in self.items:
             if item.synced:
                 item.on_synced()

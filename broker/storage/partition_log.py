@@ -4,20 +4,29 @@ Appends patch the base offset and write the batch as produced; reads bisect the 
 index to a contiguous byte range of one segment and return it with one ``pread``, never
 decoding records. What reads may serve ends at the high watermark, which the fsync policy
 moves: at once after a write, or (``always``) once a flush ticket covering it completes.
+
+A failed fsync takes the log offline: appends are refused, reads go on. After
+``offline_retry_ms`` the next append (or roll) tries to bring it back: it cuts the log to
+the high watermark (what was never acknowledged nor served goes), reads back, checks,
+rewrites and fsyncs everything above the last successful fsync, and only then accepts
+writes again (docs/design/storage.md, "Failed fsync").
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import CorruptLogError, OffsetNotInLogError, StorageError
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
+from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.recovery import RecoveryReport, open_segments
 from groupwire.broker.storage.segment import Segment
 from groupwire.protocol.batches import (
@@ -31,6 +40,8 @@ from groupwire.protocol.batches import (
 
 SCAN_CHUNK_BYTES: Final = 1024 * 1024
 
+log = get_logger("groupwire.storage")
+
 
 class PartitionLog:
     """A segmented append-only log. Not thread-safe: one (event loop) thread uses it; only
@@ -39,27 +50,47 @@ class PartitionLog:
     def __init__(self, directory: Path, config: StorageConfig, *, topic: str = "",
                  partition: int = 0, file_ops: FileOps | None = None,
                  trust_index: bool = False,
-                 on_dirty: Callable[[PartitionLog], None] | None = None) -> None:
+                 on_dirty: Callable[[PartitionLog], None] | None = None,
+                 handles: HandlePool | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``handles``: the store's descriptor pool (a private one if None, over
+        ``file_ops``); ``clock``: seconds, for the offline retry back-off."""
         self.directory = directory
         self.topic = topic
         self.partition = partition
         self._config = config
         self._always = config.fsync is FsyncPolicy.ALWAYS
-        self._ops = file_ops or FileOps()
+        if handles is None:
+            handles = HandlePool(file_ops or FileOps(), config.max_open_files,
+                                 sync_on_evict=config.fsync is not FsyncPolicy.NEVER)
+        self._pool = handles
+        self._ops = handles.ops
         self._on_dirty = on_dirty
-        segments, report = open_segments(directory, self._ops, topic=topic,
-                                         partition=partition, trust_index=trust_index)
+        self._clock = clock
+        self._failed: OSError | None = None
+        self._failed_at = 0.0
+        self._durable = 0  # set properly below; an eviction may fail while opening
+        self._fail_reported = 0
+        """Log end offset up to which writes were already answered with the failure."""
+        self._offline_logged = False
+        self._epoch = 0
+        """Bumped by each recovery: a ticket taken before it neither fails nor advances
+        the log again."""
+        segments, report = open_segments(directory, handles, topic=topic,
+                                         partition=partition, trust_index=trust_index,
+                                         on_error=self._file_failed)
         self.recovery: RecoveryReport | None = report
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._leo = segments[-1].next_offset
         self._hw = self._leo
-        self._durable = self._leo
         self._unsynced: list[Segment] = [s for s in segments if s.touched]
+        self._durable = self._unsynced[0].base_offset if self._unsynced else self._leo
+        """Everything below was fsynced (by this run, or before a clean shutdown)."""
         self._dir_gen = 1 if self._unsynced else 0
         self._dir_synced_gen = 0
         self._dirty = False
-        self._failed: OSError | None = None
+        self._fail_reported = self._leo
         self._closed = False
         if self._unsynced or self._dir_gen:
             self._mark_dirty()
@@ -88,8 +119,14 @@ class PartitionLog:
 
     @property
     def offline(self) -> bool:
-        """True once an fsync failed: appends are refused, reads go on."""
+        """True once an fsync failed: appends are refused, reads go on, until the log
+        has recovered (tried on an append once ``offline_retry_ms`` passed)."""
         return self._failed is not None
+
+    @property
+    def offline_reason(self) -> str | None:
+        failed = self._failed
+        return None if failed is None else str(failed)
 
     # --- writing ------------------------------------------------------------------------
 
@@ -120,7 +157,8 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         try:
-            new = Segment(self.directory, self._leo, self._ops, create=True)
+            new = Segment(self.directory, self._leo, self._pool, create=True,
+                          on_error=self._file_failed)
         except OSError as exc:
             base_name = f"{self._leo:020d}"
             for suffix in (".log", ".index"):
@@ -137,9 +175,27 @@ class PartitionLog:
     def _check_writable(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")
-        if self._failed is not None:
+        failed = self._failed
+        if failed is None:
+            return
+        self.report_offline()
+        wait_s = self._failed_at + self._config.offline_retry_ms / 1000 - self._clock()
+        if wait_s > 0:
             raise StorageError(f"log {self.topic}-{self.partition} is offline after an "
-                               f"fsync failure: {self._failed}")
+                               f"fsync failure: {failed} (retried in "
+                               f"{max(1, round(wait_s * 1000))} ms)")
+        self._recover()
+
+    def report_offline(self) -> None:
+        """Log (once per failure, at error level) why the log went offline; loop thread,
+        since the failure itself may be noticed on the flusher's."""
+        failed = self._failed
+        if failed is None or self._offline_logged:
+            return
+        self._offline_logged = True
+        log.error("partition_offline", topic=self.topic, partition=self.partition,
+                  error=str(failed), high_watermark=self._hw, log_end_offset=self._leo,
+                  retry_in_ms=self._config.offline_retry_ms)
 
     def _mark_dirty(self) -> None:
         if not self._dirty:
@@ -151,31 +207,39 @@ class PartitionLog:
 
     def flush_item(self) -> FlushItem | None:
         """This log's part of a flush ticket, or None (and no longer dirty) if synced."""
-        if self._closed or self._failed is not None:
+        if self._closed:
             self._dirty = False
             return None
+        failed = self._failed
+        if failed is not None:
+            self.report_offline()
+            self._dirty = False
+            if self._leo <= self._fail_reported:
+                return None
+            # written after the failing fsync was taken and waiting for the next one:
+            # the next round must not acknowledge them
+            self._fail_reported = self._leo
+            return FlushItem(end_offset=self._leo, files=[], dirs=[], on_synced=_nothing,
+                             on_failed=_ignore, error=failed)
         dir_pending = self._dir_gen > self._dir_synced_gen
         if self._durable >= self._leo and not self._unsynced and not dir_pending:
             self._dirty = False
             return None
         segments = list(self._unsynced)
-        fds: list[int] = []
-        try:
-            for seg in segments:
-                fds.append(self._ops.dup(seg.fd))
-        except OSError as exc:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    self._ops.close(fd)
-            self._fail(exc)
-            return None
-        end, gen = self._leo, self._dir_gen
+        files = [(seg.log_file, seg.log_file.written) for seg in segments]
+        end, gen, epoch = self._leo, self._dir_gen, self._epoch
 
         def synced() -> None:
-            self._synced(end, segments, gen)
+            if epoch == self._epoch:
+                self._synced(end, segments, gen)
 
-        return FlushItem(end_offset=end, fds=fds, dirs=[self.directory] if dir_pending else [],
-                         on_synced=synced, on_failed=self._fail)
+        def failed_sync(exc: OSError) -> None:
+            if epoch == self._epoch:
+                self._fail(exc, end)
+
+        return FlushItem(end_offset=end, files=files,
+                         dirs=[self.directory] if dir_pending else [],
+                         on_synced=synced, on_failed=failed_sync)
 
     def _synced(self, end: int, segments: list[Segment], gen: int) -> None:
         if end > self._durable:
@@ -186,14 +250,81 @@ class PartitionLog:
         done = {id(s) for s in segments if s.next_offset <= end}
         self._unsynced = [s for s in self._unsynced if id(s) not in done]
 
-    def _fail(self, exc: OSError) -> None:
-        # May run on the thread syncing a ticket: one attribute store, read by the loop.
+    def _fail(self, exc: OSError, reported_end: int) -> None:
+        # May run on the thread syncing a ticket: plain attribute stores, the failure
+        # last, so the loop never sees it without its time.
+        self._failed_at = self._clock()
+        self._fail_reported = max(self._fail_reported, reported_end)
+        self._offline_logged = False
         self._failed = exc
+
+    def _file_failed(self, exc: OSError) -> None:
+        """An fsync of one of this log's files failed outside a ticket (evicted from the
+        descriptor pool): no write was answered with it yet."""
+        self._fail(exc, self._durable)
+
+    def _recover(self) -> None:
+        """Come back online after a failed fsync, or raise :class:`StorageError`.
+
+        What lies above the high watermark was never acknowledged nor served (only with
+        ``--fsync always`` is there any) and is cut. What lies between the last good
+        fsync and the high watermark was acknowledged under ``interval``/``never`` and
+        may have been read: it is kept if it reads back whole and valid, rewritten and
+        fsynced; the log is cut at the first batch that does not (as recovery at start
+        would). Loop thread.
+        """
+        failed = self._failed
+        leo_before, hw_before = self._leo, self._hw
+        try:
+            while len(self._segments) > 1 and self._segments[-1].base_offset > self._hw:
+                seg = self._segments.pop()
+                self._bases.pop()
+                seg.delete()
+                self._dir_gen += 1
+            self._segments[-1].truncate_from(self._hw)
+            for i, seg in enumerate(self._segments):
+                suspect = seg.next_offset > self._durable or seg.log_file.error is not None
+                if not suspect:
+                    continue
+                first = (bisect_left(seg.bases, self._durable)
+                         if self._durable > seg.base_offset else 0)
+                if not seg.rewrite_tail(first):
+                    later = self._segments[i + 1:]
+                    del self._segments[i + 1:], self._bases[i + 1:]
+                    seg.sealed = False
+                    self._dir_gen += len(later)
+                    for gone in later:  # files left by a failure: cut at the next start
+                        gone.delete()
+                    break
+            self._ops.fsync_dir(self.directory)
+        except (OSError, StorageError) as exc:
+            self._leo = self._segments[-1].next_offset  # what was cut before it failed
+            self._hw = min(self._hw, self._leo)
+            self._failed_at = self._clock()
+            self._offline_logged = True
+            log.warning("partition_recovery_failed", topic=self.topic,
+                        partition=self.partition, error=str(exc), first_error=str(failed),
+                        retry_in_ms=self._config.offline_retry_ms)
+            raise StorageError(f"log {self.topic}-{self.partition} is offline after an "
+                               f"fsync failure ({failed}); bringing it back failed: "
+                               f"{exc}") from exc
+        self._epoch += 1
+        self._leo = self._segments[-1].next_offset
+        self._hw = self._durable = self._leo
+        self._unsynced = []
+        self._dir_synced_gen = self._dir_gen
+        self._fail_reported = self._leo
+        self._failed = None
+        self._offline_logged = False
+        log.warning("partition_online", topic=self.topic, partition=self.partition,
+                    after_error=str(failed), log_end_offset=self._leo,
+                    unacknowledged_records_dropped=max(0, leo_before - hw_before),
+                    acknowledged_records_lost=max(0, hw_before - self._leo))
 
     def take_dirty(self) -> FlushTicket:
         """A ticket for this log alone (``TopicStore.take_dirty`` covers every log)."""
         item = self.flush_item()
-        return FlushTicket(items=[item] if item is not None else [], ops=self._ops)
+        return FlushTicket(items=[item] if item is not None else [], pool=self._pool)
 
     def complete(self, ticket: FlushTicket) -> None:
         ticket.complete()
@@ -368,3 +499,11 @@ class PartitionLog:
             except OSError:
                 clean = False
         return clean
+
+
+def _nothing() -> None:
+    pass
+
+
+def _ignore(exc: OSError) -> None:
+    pass

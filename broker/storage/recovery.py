@@ -9,11 +9,12 @@ every complete batch before that point is kept and nothing after it is ever serv
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from groupwire.broker.storage.errors import StorageError
-from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.segment import Segment, parse_segment_name
 
 
@@ -34,9 +35,11 @@ class RecoveryReport:
         return asdict(self)
 
 
-def open_segments(directory: Path, ops: FileOps, *, topic: str, partition: int,
-                  trust_index: bool) -> tuple[list[Segment], RecoveryReport | None]:
-    """The segments of ``directory``, oldest first, the last one open for appends."""
+def open_segments(directory: Path, pool: HandlePool, *, topic: str, partition: int,
+                  trust_index: bool, on_error: Callable[[OSError], None] | None = None,
+                  ) -> tuple[list[Segment], RecoveryReport | None]:
+    """The segments of ``directory``, oldest first, the last one open for appends.
+    ``on_error`` goes to every segment (an fsync of its log failed)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         bases = sorted(b for name in os.listdir(directory)
@@ -53,10 +56,10 @@ def open_segments(directory: Path, ops: FileOps, *, topic: str, partition: int,
             if reason is None and base != expected:
                 reason, cut_at = f"segment {base} does not continue the log at {expected}", base
             if reason is not None:
-                truncated += _delete_segment_files(directory, base, ops)
+                truncated += _delete_segment_files(directory, base, pool)
                 deleted += 1
                 continue
-            seg = Segment(directory, base, ops, create=False)
+            seg = Segment(directory, base, pool, create=False, on_error=on_error)
             segments.append(seg)
             if not (trust_index and seg.load_index()):
                 cut = seg.recover()
@@ -65,7 +68,8 @@ def open_segments(directory: Path, ops: FileOps, *, topic: str, partition: int,
                     reason, cut_at = cut[1], base
             expected = seg.next_offset
         if not segments:
-            segments.append(Segment(directory, expected, ops, create=True))
+            segments.append(Segment(directory, expected, pool, create=True,
+                                    on_error=on_error))
         for seg in segments[:-1]:
             seg.seal()
     except OSError as exc:
@@ -80,8 +84,9 @@ def open_segments(directory: Path, ops: FileOps, *, topic: str, partition: int,
     return segments, report
 
 
-def _delete_segment_files(directory: Path, base: int, ops: FileOps) -> int:
-    seg = Segment(directory, base, ops, create=False)
-    size = ops.size(seg.fd)
+def _delete_segment_files(directory: Path, base: int, pool: HandlePool) -> int:
+    seg = Segment(directory, base, pool, create=False)
+    with pool.use(seg.log_file) as fd:
+        size = pool.ops.size(fd)
     seg.delete()
     return size

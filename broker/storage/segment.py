@@ -5,6 +5,8 @@
 record count and base timestamp (little-endian int64s). The index is kept in memory as
 ``array('q')`` columns so a fetch finds its byte range by bisection, never by decoding.
 The index file only saves a scan after a clean shutdown; recovery rebuilds it otherwise.
+Both files are pooled (:class:`~broker.storage.handles.PooledFile`): open only while the pool
+has room for them, reopened on use.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import os
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from groupwire.broker.storage.errors import StorageError
-from groupwire.broker.storage.fileops import FileOps
+from groupwire.broker.storage.handles import HandlePool, PooledFile
 from groupwire.protocol.batches import (
     BatchHeader,
     CorruptBatchError,
@@ -50,24 +53,31 @@ def parse_segment_name(name: str) -> int | None:
 class Segment:
     """A segment's files and in-memory index; writes roll back on failure."""
 
-    __slots__ = ("_ops", "base_offset", "bases", "fd", "index_fd", "index_path", "log_path",
-                 "max_record_ts", "max_timestamp", "next_offset", "positions", "size",
-                 "tail_dirty", "timestamps", "touched", "verified_end")
+    __slots__ = ("_ops", "_pool", "base_offset", "bases", "index_file", "index_path", "log_file",
+                 "log_path", "max_record_ts", "max_timestamp", "next_offset", "positions",
+                 "sealed", "size", "tail_dirty", "timestamps", "touched", "verified_end")
 
-    def __init__(self, directory: Path, base_offset: int, ops: FileOps, *, create: bool) -> None:
-        self._ops = ops
+    def __init__(self, directory: Path, base_offset: int, pool: HandlePool, *, create: bool,
+                 on_error: Callable[[OSError], None] | None = None) -> None:
+        """``on_error``: an fsync of the log file failed (maybe on another thread)."""
+        self._pool = pool
+        self._ops = pool.ops
         self.base_offset = base_offset
         stem = segment_stem(base_offset)
         self.log_path = directory / (stem + LOG_SUFFIX)
         self.index_path = directory / (stem + INDEX_SUFFIX)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
-        self.fd = ops.open(self.log_path, flags)
+        truncate = os.O_CREAT | os.O_TRUNC if create else 0
+        self.log_file: PooledFile = pool.register(self.log_path, durable=True, flags=truncate,
+                                                  on_error=on_error)
         try:
-            self.index_fd: int | None = ops.open(self.index_path, os.O_RDWR | os.O_CREAT
-                                                 | (os.O_TRUNC if create else 0))
+            self.index_file: PooledFile = pool.register(
+                self.index_path, durable=False, flags=os.O_CREAT | truncate)
         except OSError:
-            ops.close(self.fd)
+            pool.retire(self.log_file)
             raise
+        if create:
+            pool.mark_written(self.log_file)  # a new (or emptied) file: fsync it once
+        self.sealed = False
         self.size = 0
         self.next_offset = base_offset
         self.bases = array("q")
@@ -87,10 +97,11 @@ class Segment:
 
     def load_index(self) -> bool:
         """Trust the index file if it agrees with the log file; False means scan instead."""
-        ops = self._ops
-        assert self.index_fd is not None
-        log_size = ops.size(self.fd)
-        raw = ops.pread(self.index_fd, ops.size(self.index_fd), 0)
+        ops, pool = self._ops, self._pool
+        with pool.use(self.log_file) as fd:
+            log_size = ops.size(fd)
+        with pool.use(self.index_file) as index_fd:
+            raw = ops.pread(index_fd, ops.size(index_fd), 0)
         if len(raw) % INDEX_ENTRY.size:
             return False
         if not raw:
@@ -106,8 +117,9 @@ class Segment:
             if bases[i] != bases[i - 1] + counts[i - 1] or positions[i] <= positions[i - 1]:
                 return False
         try:
-            last = validate_batch(ops.read_exact(self.fd, log_size - positions[-1],
-                                                 positions[-1]))
+            with pool.use(self.log_file) as fd:
+                tail = ops.read_exact(fd, log_size - positions[-1], positions[-1])
+            last = validate_batch(tail)
         except CorruptBatchError:
             return False
         if last.base_offset != bases[-1] or last.record_count != counts[-1]:
@@ -123,9 +135,10 @@ class Segment:
 
         Returns ``(bytes truncated, why)`` when anything was cut, else None.
         """
-        ops = self._ops
-        file_size = ops.size(self.fd)
-        data = ops.read_exact(self.fd, file_size, 0) if file_size else b""
+        ops, pool = self._ops, self._pool
+        with pool.use(self.log_file) as fd:
+            file_size = ops.size(fd)
+            data = ops.read_exact(fd, file_size, 0) if file_size else b""
         self._reset()
         expected = self.base_offset
         good_end = 0
@@ -143,8 +156,10 @@ class Segment:
             reason = f"{exc.message} (batch at byte {exc.position})"
         self.touched = True
         self.verified_end = good_end
+        pool.mark_written(self.log_file)  # the crashed run's pages may be unsynced
         if good_end < file_size:
-            ops.truncate(self.fd, good_end)
+            with pool.use(self.log_file, write=True) as fd:
+                ops.truncate(fd, good_end)
         self._rewrite_index()
         if good_end < file_size:
             return file_size - good_end, reason or "trailing bytes"
@@ -167,22 +182,22 @@ class Segment:
             self.max_timestamp = header.base_timestamp_ms
 
     def _rewrite_index(self) -> None:
-        assert self.index_fd is not None
         following = [*self.bases[1:], self.next_offset] if self.bases else []
         counts = [b - a for a, b in zip(self.bases, following, strict=True)]
         cols = array("q", [v for row in zip(self.bases, self.positions, counts,
                                             self.timestamps, strict=True) for v in row])
         if _BIG_ENDIAN:
             cols.byteswap()
-        self._ops.truncate(self.index_fd, 0)
-        self._ops.write_all(self.index_fd, cols.tobytes(), 0)
+        with self._pool.use(self.index_file, write=True) as index_fd:
+            self._ops.truncate(index_fd, 0)
+            self._ops.write_all(index_fd, cols.tobytes(), 0)
 
     # --- writing ------------------------------------------------------------------------
 
     def append(self, data: bytes, header: BatchHeader) -> None:
         """Write one batch (base offset already patched) and its index entry, or nothing."""
-        ops = self._ops
-        assert self.index_fd is not None, "append to a sealed segment"
+        ops, pool = self._ops, self._pool
+        assert not self.sealed, "append to a sealed segment"
         pos = self.size
         index_pos = len(self.bases) * INDEX_ENTRY.size
         self.touched = True
@@ -191,8 +206,10 @@ class Segment:
         entry = INDEX_ENTRY.pack(header.base_offset, pos, header.record_count,
                                  header.base_timestamp_ms)
         try:
-            ops.write_all(self.fd, data, pos)
-            ops.write_all(self.index_fd, entry, index_pos)
+            with pool.use(self.log_file, write=True) as fd:
+                ops.write_all(fd, data, pos)
+            with pool.use(self.index_file, write=True) as index_fd:
+                ops.write_all(index_fd, entry, index_pos)
         except OSError as exc:
             self.tail_dirty = True
             self.truncate_tail()
@@ -205,37 +222,95 @@ class Segment:
     def truncate_tail(self) -> bool:
         """Cut the files back to what the index in memory holds; False if that failed."""
         try:
-            self._ops.truncate(self.fd, self.size)
-            if self.index_fd is not None:
-                self._ops.truncate(self.index_fd, len(self.bases) * INDEX_ENTRY.size)
+            with self._pool.use(self.log_file, write=True) as fd:
+                self._ops.truncate(fd, self.size)
+            if not self.sealed:
+                with self._pool.use(self.index_file, write=True) as index_fd:
+                    self._ops.truncate(index_fd, len(self.bases) * INDEX_ENTRY.size)
         except OSError:
             return False
         self.tail_dirty = False
         return True
 
+    # --- coming back after a failed fsync -------------------------------------------------
+
+    def truncate_from(self, offset: int) -> None:
+        """Cut every batch at or above ``offset`` (a batch boundary, or the end); the
+        segment becomes the active one again."""
+        i = bisect_left(self.bases, offset)
+        end = self.positions[i] if i < len(self.bases) else self.size
+        with self._pool.use(self.log_file, write=True) as fd:
+            self._ops.truncate(fd, end)
+        del self.bases[i:], self.positions[i:], self.timestamps[i:]
+        self.size = end
+        self.next_offset = offset
+        self.max_timestamp = max(self.timestamps, default=-1)
+        self.max_record_ts = None
+        self.verified_end = min(self.verified_end, end)
+        self.tail_dirty = False
+        self.sealed = False
+        self._rewrite_index()
+
+    def rewrite_tail(self, first: int) -> bool:
+        """Make batches ``first``.. durable again after a failed fsync; False if one of
+        them was bad and the segment was cut there.
+
+        A failed write-back may leave pages marked clean in the page cache although the
+        disk never got them, so a second fsync would succeed without writing anything.
+        The batches are read back, checked (CRC, offsets, positions), written again so
+        their pages are dirty, and fsynced; the segment is cut at the first bad one.
+        """
+        ops, pool = self._ops, self._pool
+        n = len(self.bases)
+        pos = self.positions[first] if first < n else self.size
+        with pool.use(self.log_file, write=True) as fd:
+            data = ops.read_exact(fd, self.size - pos, pos) if pos < self.size else b""
+            kept, good_end = first, pos
+            try:
+                for header, start, end in iter_batch_spans(data):
+                    if (kept >= n or header.base_offset != self.bases[kept]
+                            or pos + start != self.positions[kept]):
+                        break
+                    kept += 1
+                    good_end = pos + end
+            except CorruptBatchError:
+                pass
+            if good_end > pos:
+                ops.write_all(fd, memoryview(data)[:good_end - pos], pos)
+            whole = kept == n and good_end == self.size
+            if not whole:
+                ops.truncate(fd, good_end)
+                next_offset = self.bases[kept] if kept < n else self.next_offset
+                del self.bases[kept:], self.positions[kept:], self.timestamps[kept:]
+                self.size, self.next_offset = good_end, next_offset
+                self.max_timestamp = max(self.timestamps, default=-1)
+                self.max_record_ts = None
+            ops.fsync(fd)
+        self._rewrite_index()  # also if an earlier attempt left it half written
+        if self.verified_end >= pos:
+            self.verified_end = self.size
+        self.tail_dirty = False
+        pool.clear_error(self.log_file)
+        return whole
+
     def seal(self) -> None:
-        """No more appends: release the index file (its entries stay in memory)."""
-        if self.index_fd is not None:
-            self._ops.close(self.index_fd)
-            self.index_fd = None
+        """No more appends: the index file is not needed until shutdown (its entries stay
+        in memory), so its descriptor goes back to the pool now."""
+        self.sealed = True
+        self._pool.drop(self.index_file)
 
     def sync_all(self) -> None:
         """fsync log and index (before recording a clean shutdown)."""
-        self._ops.fsync(self.fd)
-        if self.index_fd is not None:
-            self._ops.fsync(self.index_fd)
-        else:
-            fd = self._ops.open(self.index_path, os.O_RDONLY)
-            try:
+        if self.log_file.error is not None:
+            raise self.log_file.error
+        for f in (self.log_file, self.index_file):
+            with self._pool.use(f) as fd:
                 self._ops.fsync(fd)
-            finally:
-                self._ops.close(fd)
 
     def close(self) -> None:
-        self.seal()
-        if self.fd >= 0:
-            self._ops.close(self.fd)
-            self.fd = -1
+        self.sealed = True
+        self._pool.retire(self.log_file)
+        self._pool.retire(self.index_file)
 
     def delete(self) -> None:
         self.close()
@@ -259,7 +334,8 @@ class Segment:
 
     def read(self, start: int, end: int) -> bytes:
         try:
-            return self._ops.read_exact(self.fd, end - start, start)
+            with self._pool.use(self.log_file) as fd:
+                return self._ops.read_exact(fd, end - start, start)
         except OSError as exc:
             raise StorageError(f"read from {self.log_path.name} failed: {exc}") from exc
 

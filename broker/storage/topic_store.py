@@ -8,7 +8,10 @@ Layout::
     <data_dir>/logs/<topic>-<partition>/  segments of one partition
 
 All partitions are opened (and recovered) by the constructor, so the broker can listen
-as soon as it returns.
+as soon as it returns. ``meta.json`` decides which partitions exist: a directory under
+``logs/`` it does not name (a deleted topic's, left by a crash) is removed at open.
+The logs' files share one descriptor pool (:class:`~broker.storage.handles.HandlePool`)
+of ``config.max_open_files``.
 """
 
 from __future__ import annotations
@@ -16,21 +19,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from groupwire.broker.storage.config import StorageConfig
+from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import (
     NoSuchPartitionError,
     PartitionCountError,
+    PartitionLimitError,
     StorageError,
     TopicExistsError,
     TopicRefusedError,
 )
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
+from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.metadata import (
     EVENTS_TOPIC,
     INTERNAL_TOPICS,
@@ -46,8 +52,11 @@ from groupwire.protocol.batches import BatchRecord, DecodedRecord, encode_batch,
 CLEAN_MARKER: Final = "clean_shutdown"
 LOCK_FILE: Final = ".lock"
 LOGS_DIR: Final = "logs"
+DELETED_SUFFIX: Final = "-delete"
+"""A deleted partition's directory is renamed ``<topic>-<partition>.<uuid>-delete``."""
 MAX_PARTITIONS: Final = 10_000
-"""Per topic: each partition holds open files, so a typo cannot exhaust descriptors."""
+"""Per topic (the wire contract's bound); the store as a whole has
+``config.max_partitions``."""
 
 
 class TopicStore:
@@ -56,10 +65,19 @@ class TopicStore:
         self.data_dir = Path(data_dir)
         self.config = config or StorageConfig()
         self._ops = file_ops or FileOps()
+        self._pool = HandlePool(self._ops, self.config.max_open_files,
+                                sync_on_evict=self.config.fsync is not FsyncPolicy.NEVER)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dirty: dict[PartitionLog, None] = {}
         self.recovery: list[RecoveryReport] = []
         """What recovery cut at open, one report per partition that lost bytes."""
+        self.strays_removed: list[str] = []
+        """Directories under ``logs/`` that ``meta.json`` does not name, removed at open."""
+        self.fresh = False
+        """True if ``meta.json`` did not exist at open (a new data dir)."""
+        self._tickets_out = 0
+        self._doomed: set[Path] = set()
+        """Deleted partitions' directories, removed once no flush ticket may name them."""
         self._closed = False
         try:
             (self.data_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
@@ -68,7 +86,10 @@ class TopicStore:
                                f"{_os_reason(exc)}") from exc
         self._lock_fd = _lock(self.data_dir / LOCK_FILE)
         try:
+            self.fresh = not (self.data_dir / META_FILE).exists()
             self._meta = self._load_or_create_meta()
+            if not self.fresh:  # without a metadata file, nothing says a directory is stray
+                self._remove_strays()
             clean = self._consume_clean_marker()
             for topic, count in self._meta.topics.items():
                 for p in range(count):
@@ -111,6 +132,7 @@ class TopicStore:
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise PartitionCountError(
                 f"number of partitions must be 1-{MAX_PARTITIONS}, got {num_partitions}")
+        self._check_partition_limit(name, num_partitions)
         self._add_partitions(name, 0, num_partitions)
 
     def create_partitions(self, name: str, new_total: int) -> None:
@@ -128,12 +150,95 @@ class TopicStore:
         if new_total > MAX_PARTITIONS:
             raise PartitionCountError(
                 f"number of partitions must be at most {MAX_PARTITIONS}, got {new_total}")
+        self._check_partition_limit(name, new_total - current)
         self._add_partitions(name, current, new_total)
+
+    @property
+    def partition_total(self) -> int:
+        """Partitions hosted, internal ones included (what ``max_partitions`` bounds)."""
+        return sum(self._meta.topics.values())
+
+    def _check_partition_limit(self, name: str, adding: int) -> None:
+        limit, hosted = self.config.max_partitions, self.partition_total
+        if hosted + adding > limit:
+            raise PartitionLimitError(
+                f"{adding} more partitions for {name!r} would make {hosted + adding}, over "
+                f"the broker's limit of {limit} partitions (--max-partitions; it hosts "
+                f"{hosted}, internal topics included)")
+
+    def delete_topic(self, name: str) -> int:
+        """Remove ``name`` and its partitions' data; returns its partition count.
+
+        ``meta.json`` is rewritten first: once that is durable the topic is gone, whatever
+        happens next. Then each log is closed and its directory renamed aside and removed
+        (after the flush in flight, if any: its ticket may fsync those directories). A
+        crash, or a removal that fails, in between leaves directories no metadata names:
+        the next open removes them, and so does creating a partition of the same name.
+        Raises :class:`NoSuchPartitionError` for an unknown topic,
+        :class:`TopicRefusedError` for an internal one, and :class:`StorageError` if the
+        metadata cannot be written (the topic is then untouched).
+        """
+        self._check_open()
+        count = self._meta.topics.get(name)
+        if count is None:
+            raise NoSuchPartitionError(f"unknown topic {name!r}")
+        if self.is_internal(name):
+            raise TopicRefusedError(f"{name} is internal: the broker's own topic, "
+                                    "it cannot be deleted")
+        topics = {t: n for t, n in self._meta.topics.items() if t != name}
+        self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
+                                   topics))
+        self._meta.topics = topics
+        for p in range(count):
+            plog = self._logs.pop((name, p))
+            self._dirty.pop(plog, None)
+            plog.close(sync=False)
+            self._doomed.add(plog.directory)
+        self._discard_doomed()
+        return count
+
+    def _discard_doomed(self) -> None:
+        if self._tickets_out or not self._doomed:
+            return
+        doomed, self._doomed = sorted(self._doomed), set()
+        for directory in doomed:
+            with contextlib.suppress(OSError):  # a stray now: removed at the next open
+                self._discard_dir(directory)
+        with contextlib.suppress(OSError):
+            self._ops.fsync_dir(self.data_dir / LOGS_DIR)
+
+    def _discard_dir(self, directory: Path) -> None:
+        """Rename ``directory`` aside (atomic: its name is free at once, even if the
+        removal below fails), then remove it."""
+        trash = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
+        self._ops.replace(directory, trash)
+        shutil.rmtree(trash)
+
+    def _remove_strays(self) -> None:
+        """Remove every directory under ``logs/`` that is no partition of ``meta.json``."""
+        logs = self.data_dir / LOGS_DIR
+        wanted = {f"{t}-{p}" for t, n in self._meta.topics.items() for p in range(n)}
+        strays = sorted(e.name for e in os.scandir(logs)
+                        if e.is_dir(follow_symlinks=False) and e.name not in wanted)
+        if not strays:
+            return
+        try:
+            for name in strays:
+                shutil.rmtree(logs / name)
+            self._ops.fsync_dir(logs)
+        except OSError as exc:
+            raise StorageError(f"cannot remove partition directories no topic names "
+                               f"({', '.join(strays)}): {_os_reason(exc)}") from exc
+        self.strays_removed = strays
 
     def _add_partitions(self, name: str, first: int, total: int) -> None:
         opened: list[PartitionLog] = []
         try:
             for p in range(first, total):
+                leftover = self.data_dir / LOGS_DIR / f"{name}-{p}"
+                self._doomed.discard(leftover)
+                if leftover.exists():  # a deleted topic's, or a failed create's: not ours
+                    self._discard_dir(leftover)
                 opened.append(self._open_partition(name, p, trust_index=False))
             self._ops.fsync_dir(self.data_dir / LOGS_DIR)
             topics = {**self._meta.topics, name: total}
@@ -189,7 +294,7 @@ class TopicStore:
 
     def _open_partition(self, topic: str, partition: int, *, trust_index: bool) -> PartitionLog:
         plog = PartitionLog(self.data_dir / LOGS_DIR / f"{topic}-{partition}", self.config,
-                            topic=topic, partition=partition, file_ops=self._ops,
+                            topic=topic, partition=partition, handles=self._pool,
                             trust_index=trust_index, on_dirty=self._mark_dirty)
         self._logs[(topic, partition)] = plog
         if plog.recovery is not None:
@@ -235,11 +340,39 @@ class TopicStore:
                 del self._dirty[plog]
             else:
                 items.append(item)
-        return FlushTicket(items=items, ops=self._ops)
+        self._tickets_out += 1
+        return FlushTicket(items=items, pool=self._pool)
 
     def complete(self, ticket: FlushTicket) -> None:
         """Loop thread, after ``ticket.sync()`` returned: advance high watermarks."""
         ticket.complete()
+        if not ticket.synced:
+            for plog in self._offline_logs():
+                plog.report_offline()
+        self._tickets_out = max(self._tickets_out - 1, 0)
+        self._discard_doomed()
+
+    # --- health -------------------------------------------------------------------------
+
+    def _offline_logs(self) -> list[PartitionLog]:
+        # tuple() copies at once: the metrics thread reads this while the loop may add logs
+        return [plog for plog in tuple(self._logs.values()) if plog.offline]
+
+    def offline_partitions(self) -> list[tuple[str, int, str]]:
+        """``(topic, partition, why)`` of every log offline after a failed fsync."""
+        return [(plog.topic, plog.partition, plog.offline_reason or "")
+                for plog in self._offline_logs()]
+
+    @property
+    def open_files(self) -> int:
+        """Descriptors the file pool holds now."""
+        return self._pool.open_count
+
+    @property
+    def file_evictions(self) -> tuple[int, int]:
+        """Descriptors the pool closed to make room: all, and those that needed an fsync
+        first (many of those mean ``max_open_files`` is too small for the load)."""
+        return self._pool.evictions, self._pool.evictions_synced
 
     # --- shutdown -----------------------------------------------------------------------
 
@@ -253,6 +386,8 @@ class TopicStore:
         for plog in self._logs.values():
             if not plog.close(sync=sync):
                 clean = False
+        self._pool.close_all()
+        self._discard_doomed()
         if clean:
             with contextlib.suppress(OSError):
                 self._ops.write_file_atomic(self.data_dir / CLEAN_MARKER, b"")

@@ -72,14 +72,14 @@ async def test_frame_of_exactly_the_limit_is_read(start_broker: StartBroker,
                                                   connect: Connect) -> None:
     broker = await start_broker(max_frame_bytes=SMALL_FRAME)
     conn = await connect(target=broker)
-    base = len(pack([18, 0, 1, None, {"client_software_name": ""}]))
+    base = len(pack([18, 0, 1, None, {"padding": b""}]))  # bin: no str over 32 767 (§2)
     pad = SMALL_FRAME - base
     for _ in range(3):  # the str header grows with the string; settle its width
-        payload = pack([18, 0, 1, None, {"client_software_name": "x" * pad}])
+        payload = pack([18, 0, 1, None, {"padding": b"x" * pad}])
         pad -= len(payload) - SMALL_FRAME
-    payload = pack([18, 0, 1, None, {"client_software_name": "x" * pad}])
+    payload = pack([18, 0, 1, None, {"padding": b"x" * pad}])
     assert len(payload) == SMALL_FRAME
-    body = await conn.call(Api.API_VERSIONS, {"client_software_name": "x" * pad},
+    body = await conn.call(Api.API_VERSIONS, {"padding": b"x" * pad},
                            cid=1, client_id=None)
     assert body["error_code"] == Err.NONE
 

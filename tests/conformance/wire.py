@@ -43,11 +43,12 @@ class Api:
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
 
 
-ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 37, 42)
+ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 37, 42)
 
 
 class Err:
@@ -287,6 +288,7 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "str", "error_code": "int", "num_partitions": "int",
                     "replication_factor": "int"}],
     },
+    Api.DELETE_TOPICS: {"responses": [{"name": "str", "error_code": "int"}]},
     Api.CREATE_PARTITIONS: {"results": [{"name": "str", "error_code": "int"}]},
     Api.PRODUCE: {
         "responses": [{"name": "str", "partition_responses": [

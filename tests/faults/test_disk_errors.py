@@ -137,10 +137,12 @@ class _FsyncOnlyFailure(FaultyDisk):
         return super(FaultyDisk, self).pwrite(fd, data, offset)
 
 
-async def test_a_failed_fsync_takes_the_log_offline_until_a_restart(
+async def test_a_failed_fsync_takes_the_log_offline_for_the_retry_back_off(
         start_broker: StartBroker, tmp_path: Path) -> None:
-    """As Kafka: after a failed fsync the page cache cannot be trusted, so the partition
-    refuses writes until restart; reads of acknowledged records go on."""
+    """After a failed fsync the page cache cannot be trusted, so the partition refuses
+    writes until it has re-checked its tail (after --log-offline-retry-ms, longer than
+    this test; tests/faults/test_offline_recovery.py covers the recovery); reads of
+    acknowledged records go on."""
     disk = _FsyncOnlyFailure()
     broker = await start_broker(file_ops=disk, fsync="always")
     conn = await _open(broker)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,8 @@ import pytest
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.server import Broker
 from groupwire.client.connection import Connection
+
+from .brokerproc import BrokerProcess
 
 FAST = dict(
     host="127.0.0.1",
@@ -70,3 +72,12 @@ async def connect(broker: Broker) -> AsyncIterator[Callable[..., Awaitable[Conne
 
 def replace(settings: BrokerSettings, **changes: Any) -> BrokerSettings:
     return dataclasses.replace(settings, **changes)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[BrokerProcess]]:
+    """Broker processes a test starts (append them); all killed at teardown."""
+    running: list[BrokerProcess] = []
+    yield running
+    for p in running:
+        p.kill()

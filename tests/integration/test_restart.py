@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
@@ -21,14 +20,6 @@ from groupwire.protocol.messages import (
 
 from .brokerproc import BrokerProcess
 from .rawgroup import RawMember, create_topic, produce, round_robin
-
-
-@pytest.fixture
-def procs() -> Iterator[list[BrokerProcess]]:
-    running: list[BrokerProcess] = []
-    yield running
-    for p in running:
-        p.kill()
 
 
 async def _fetch_all(conn: Connection, topic: str, partition: int) -> list[bytes | None]:

@@ -88,4 +88,4 @@ async def test_a_fetch_planned_before_its_partitions_were_lost_sends_nothing() -
     (task,) = tasks
     await asyncio.wait({task})
     assert task.exception() is None
-    assert not fetcher.in_flight and fetcher.error is None
+    assert not fetcher.in_flight and fetcher.record_error(set()) is None

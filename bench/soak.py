@@ -1,0 +1,302 @@
+"""Benchmark 8: the broker under hostile load: no client may exhaust it for the others.
+
+One broker process with a low descriptor limit (soft and hard ``--nofile``) takes, in
+turn and within a bounded time:
+
+1. a topic with many partitions, and a record produced to every one of them;
+2. a burst of worst-case frames: ~16 MiB Metadata requests whose ``topics`` is millions of
+   empty arrays (the costliest legal frame to decode);
+3. hundreds of slow-loris connections, each announcing a 16 MiB frame and trickling it.
+
+Beside it a neighbour group of two SDK consumers polls and heartbeats with a 6 s session,
+and a probe connection sends ApiVersions every 10 ms. The figures: the broker's peak RSS
+(VmHWM), the longest probe round trip (the longest the event loop was kept from answering,
+as a client sees it), produce errors on the wide topic, and how often the neighbour group
+rebalanced after it formed (goal: never).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import resource
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bench.common import BenchError, BrokerProc, Figure, bench_main, die_with_parent, with_goal
+from groupwire.client.admin import Admin
+from groupwire.client.connection import Connection
+from groupwire.client.consumer import Consumer
+from groupwire.client.errors import GroupwireError
+from groupwire.client.listener import RebalanceListener
+from groupwire.client.producer import Producer
+from groupwire.client.types import TopicPartition
+from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+GOAL_STALL_MS = "<= 100"
+GOAL_REBALANCES = "<= 0"
+OVERHEAD_MIB = 200
+"""What the broker may use beyond its buffer budget: interpreter, metadata, caches."""
+FRAME_BYTES = 16 * 1024 * 1024 - 64
+"""Just under the broker's default --max-frame-bytes: legal, and as costly as allowed."""
+PROBE_EVERY_S = 0.01
+NEIGHBOUR_SESSION_MS = 6000
+NEIGHBOUR_PARTITIONS = 4
+FORM_TIMEOUT_S = 60.0
+TRICKLE_BYTES = 64 * 1024
+TRICKLE_EVERY_S = 0.25
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nofile", type=int, default=1024,
+                   help="the broker's descriptor limit, soft and hard (default 1024, the "
+                        "common default)")
+    p.add_argument("--partitions", type=int, default=2000,
+                   help="partitions of the wide topic (default 2000)")
+    p.add_argument("--hostile-frames", type=int, default=8,
+                   help="worst-case Metadata frames in the burst (default 8)")
+    p.add_argument("--slow-connections", type=int, default=300,
+                   help="slow-loris connections (default 300)")
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="how long the slow-loris connections trickle (default 20)")
+    p.add_argument("--budget-mib", type=int, default=256,
+                   help="the broker's --queued-max-request-bytes, in MiB (default 256)")
+    p.add_argument("--fsync", default="always", choices=["always", "interval", "never"],
+                   help="the broker's --fsync (default always: the most descriptors)")
+
+
+def smoke(args: argparse.Namespace) -> None:
+    args.partitions = min(args.partitions, 50)
+    args.hostile_frames = min(args.hostile_frames, 1)
+    args.slow_connections = min(args.slow_connections, 10)
+    args.seconds = min(args.seconds, 1.0)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's high-water resident set (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise BenchError(f"no VmHWM for pid {pid}")
+
+
+def limit_descriptors(nofile: int) -> Callable[[], None]:
+    def preexec() -> None:
+        die_with_parent()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    return preexec
+
+
+class Rebalances(RebalanceListener):
+    """Counts assignments after the group first formed."""
+
+    def __init__(self) -> None:
+        self.assigned = 0
+        self.formed = asyncio.Event()
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned += 1
+        if assigned:
+            self.formed.set()
+
+
+async def neighbour(bootstrap: str, topic: str, listener: Rebalances,
+                    stop: asyncio.Event) -> None:
+    """One consumer of the neighbour group, polling until ``stop``."""
+    async with Consumer(bootstrap, group_id="soak-neighbour", client_id="soak-neighbour",
+                        session_timeout_ms=NEIGHBOUR_SESSION_MS,
+                        heartbeat_interval_ms=NEIGHBOUR_SESSION_MS // 3) as consumer:
+        consumer.subscribe([topic], listener=listener)
+        while not stop.is_set():
+            await consumer.getmany(timeout_ms=100)
+
+
+async def probe(bootstrap: str, stop: asyncio.Event, worst: list[float]) -> None:
+    """ApiVersions every PROBE_EVERY_S; the longest round trip goes into ``worst[0]``."""
+    host, port = bootstrap.rsplit(":", 1)
+    conn = await Connection.open(host, int(port), client_id="soak-probe")
+    try:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await conn.send(ApiVersionsRequest(), timeout=30.0,
+                            response_type=ApiVersionsResponse)
+            worst[0] = max(worst[0], time.perf_counter() - t0)
+            await asyncio.sleep(PROBE_EVERY_S)
+    finally:
+        await conn.close()
+
+
+def hostile_metadata_frame(correlation_id: int) -> bytes:
+    """A legal frame of ``FRAME_BYTES``: Metadata whose ``topics`` is that many ``[]``."""
+    head = msgpack.packb([3, 0, correlation_id, "soak-hostile"])
+    body_key = msgpack.packb({"topics": []})[:-1]  # map header and key; the array follows
+    count = FRAME_BYTES - 1 - len(head) - len(body_key) - 5
+    # a 5-array envelope: replace the 4-array header with a 5-array one
+    envelope = b"\x95" + head[1:] + body_key + b"\xdd" + struct.pack(">I", count)
+    payload = envelope + b"\x90" * count
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def hostile_burst(bootstrap: str, frames: int) -> int:
+    """Send the frames over two connections; how many were answered (not just closed)."""
+    host, port = bootstrap.rsplit(":", 1)
+    answered = 0
+
+    async def one_connection(ids: range) -> None:
+        nonlocal answered
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for cid in ids:
+                writer.write(hostile_metadata_frame(cid))
+                await writer.drain()
+            for _ in ids:
+                size = struct.unpack(">I", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+                answered += 1
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the broker may close a connection that sends such frames
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    half = (frames + 1) // 2
+    await asyncio.gather(one_connection(range(1, half + 1)),
+                         one_connection(range(half + 1, frames + 1)))
+    return answered
+
+
+async def slow_loris(bootstrap: str, connections: int, seconds: float) -> int:
+    """Connections announcing a 16 MiB frame and trickling it; how many the broker closed."""
+    host, port = bootstrap.rsplit(":", 1)
+    closed = 0
+    deadline = time.monotonic() + seconds
+
+    async def one() -> None:
+        nonlocal closed
+        try:
+            _, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            closed += 1
+            return
+        try:
+            writer.write(struct.pack(">I", FRAME_BYTES))
+            chunk = b"\x00" * TRICKLE_BYTES
+            while time.monotonic() < deadline:
+                writer.write(chunk)
+                await writer.drain()
+                await asyncio.sleep(TRICKLE_EVERY_S)
+        except OSError:
+            closed += 1
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    await asyncio.gather(*(one() for _ in range(connections)))
+    return closed
+
+
+async def wide_topic(bootstrap: str, partitions: int) -> int:
+    """Create a topic of ``partitions`` and produce one record to each: the errors."""
+    async with Admin(bootstrap, client_id="soak-admin") as admin:
+        await admin.create_topics("soak-wide", partitions)
+    errors = 0
+    async with Producer(bootstrap, client_id="soak-producer") as producer:
+        futures = [await producer.send("soak-wide", b"x", partition=p)
+                   for p in range(partitions)]
+        for fut in futures:
+            try:
+                await fut
+            except GroupwireError:
+                errors += 1
+    return errors
+
+
+async def soak(b: BrokerProc, args: argparse.Namespace) -> dict[str, Any]:
+    bootstrap = b.address
+    async with Admin(bootstrap, client_id="soak-admin") as admin:
+        await admin.create_topics("soak-neighbour", NEIGHBOUR_PARTITIONS)
+    stop = asyncio.Event()
+    listeners = [Rebalances(), Rebalances()]
+    members = [asyncio.create_task(neighbour(bootstrap, "soak-neighbour", lst, stop))
+               for lst in listeners]
+    try:
+        async with asyncio.timeout(FORM_TIMEOUT_S):
+            await asyncio.gather(*(lst.formed.wait() for lst in listeners))
+    except TimeoutError:
+        raise BenchError("the neighbour group did not form") from None
+    formed_at = [lst.assigned for lst in listeners]
+    worst = [0.0]
+    prober = asyncio.create_task(probe(bootstrap, stop, worst))
+    await asyncio.sleep(1.0)  # a baseline of probe round trips before the load
+    baseline_ms = worst[0] * 1000
+    try:
+        produce_errors = await wide_topic(bootstrap, args.partitions)
+        answered = await hostile_burst(bootstrap, args.hostile_frames)
+        closed = await slow_loris(bootstrap, args.slow_connections, args.seconds)
+        await asyncio.sleep(NEIGHBOUR_SESSION_MS / 1000)  # an expiry would show by now
+    finally:
+        stop.set()
+        await asyncio.gather(prober, *members, return_exceptions=True)
+    rebalances = sum(lst.assigned - n for lst, n in zip(listeners, formed_at, strict=True))
+    return {"peak_rss_mib": peak_rss_mib(b.pid), "worst_probe_ms": worst[0] * 1000,
+            "baseline_probe_ms": baseline_ms, "produce_errors": produce_errors,
+            "hostile_answered": answered, "slow_closed": closed,
+            "neighbour_rebalances": rebalances}
+
+
+def run(args: argparse.Namespace) -> list[Figure]:
+    if args.smoke:
+        smoke(args)
+    settings = {"nofile": args.nofile, "partitions": args.partitions,
+                "hostile_frames": args.hostile_frames,
+                "slow_connections": args.slow_connections, "seconds": args.seconds,
+                "budget_mib": args.budget_mib, "fsync": args.fsync}
+    rss: list[float] = []
+    stall: list[float] = []
+    errors: list[float] = []
+    rebalances: list[float] = []
+    notes: list[str] = []
+    for i in range(args.warmup + args.rounds):
+        proc = BrokerProc(extra=(
+            "--fsync", args.fsync,
+            "--queued-max-request-bytes", str(args.budget_mib * 1024 * 1024)))
+        proc.preexec = limit_descriptors(args.nofile)
+        with proc as b:
+            result = asyncio.run(soak(b, args))
+        if i < args.warmup:
+            continue
+        rss.append(result["peak_rss_mib"])
+        stall.append(result["worst_probe_ms"])
+        errors.append(result["produce_errors"])
+        rebalances.append(result["neighbour_rebalances"])
+        notes.append(f"round {i - args.warmup + 1}: {result['hostile_answered']} of "
+                     f"{args.hostile_frames} hostile frames answered, "
+                     f"{result['slow_closed']} of {args.slow_connections} slow connections "
+                     f"closed by the broker, probe baseline "
+                     f"{result['baseline_probe_ms']:.1f} ms")
+    note = "; ".join(notes)
+    return [
+        with_goal(Figure("peak RSS", "MiB", rss, settings, note=note),
+                  f"<= {args.budget_mib + OVERHEAD_MIB}"),
+        with_goal(Figure("longest probe round trip (event-loop stall)", "ms", stall,
+                         settings), GOAL_STALL_MS),
+        with_goal(Figure("produce errors on the wide topic", "count", errors, settings),
+                  "<= 0"),
+        with_goal(Figure("neighbour group rebalances", "count", rebalances, settings),
+                  GOAL_REBALANCES),
+    ]
+
+
+main = bench_main("soak", add_arguments, run, default_rounds=1, default_warmup=0,
+                  description=__doc__)
+
+if __name__ == "__main__":
+    raise SystemExit(main(None))
