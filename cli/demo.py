@@ -366,7 +366,8 @@ async def _wait_consumed(consumers: list[ConsumerProc], produced: dict[int, int]
             console.print("[red]timed out waiting for the consumers[/]")
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(progress.wait(), left)
+            async with asyncio.timeout(left):
+                await progress.wait()
 
 
 def register(subparsers: Any) -> None:

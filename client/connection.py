@@ -59,8 +59,10 @@ class Connection:
     async def open(cls, host: str, port: int, *, client_id: str | None = "groupwire",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                    connect_timeout: float = 10.0) -> Connection:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, limit=_READ_CHUNK), connect_timeout)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
+        # lands as the connection completes, and the caller (Ctrl-C) would run on
+        async with asyncio.timeout(connect_timeout):
+            reader, writer = await asyncio.open_connection(host, port, limit=_READ_CHUNK)
         return cls(reader, writer, client_id=client_id, max_frame_bytes=max_frame_bytes)
 
     @property

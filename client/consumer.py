@@ -179,8 +179,8 @@ class Consumer:
             self._closed = True
             return
         try:
-            await asyncio.wait_for(self._rebalance.close_group(self._stop_heartbeat),
-                                   self._close_timeout)
+            async with asyncio.timeout(self._close_timeout):
+                await self._rebalance.close_group(self._stop_heartbeat)
         except TimeoutError:
             log.warning("consumer close: committing and leaving the group did not finish "
                         "within close_timeout_ms=%d; closed without them",
@@ -385,7 +385,8 @@ class Consumer:
                 return {}
             if not self._wakeup.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await self._wakeup.wait()
 
     def _drain(self, max_records: int, only: set[TopicPartition],
                ) -> dict[TopicPartition, list[Record]]:

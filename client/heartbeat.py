@@ -128,7 +128,8 @@ class HeartbeatThread(threading.Thread):
         assert self._wake is not None
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), ms / 1000)
+            async with asyncio.timeout(ms / 1000):
+                await self._wake.wait()
 
     async def _connect(self) -> Connection:
         if self._conn is not None and not self._conn.closed:

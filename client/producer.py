@@ -313,7 +313,8 @@ class Producer:
             self._wakeup.clear()
             timeout = None if next_at is None else max(next_at - loop.time(), 0.0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
     def _ready_batches(self, now: float) -> tuple[list[_Batch], float | None]:
         """The head batch of every partition that may go now, and when the next may."""

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+from unittest import mock
+
+import pytest
 
 from groupwire.client.connection import Connection
 from groupwire.protocol.codec import decode_request, encode_response
@@ -43,3 +47,26 @@ async def test_a_cancelled_request_answered_late_leaves_the_connection_usable() 
         await conn.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_cancellation_as_the_connection_completes_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11's ``wait_for`` returns the result when its inner future finished in the
+    same loop turn as the cancellation, and the caller runs on as if never cancelled (a
+    demo once went on producing after SIGTERM). Opening a connection must not do that."""
+    loop = asyncio.get_running_loop()
+    opened: asyncio.Future[tuple[asyncio.StreamReader, Any]] = loop.create_future()
+
+    async def open_connection(*args: object, **kwargs: object) -> Any:
+        return await opened
+
+    monkeypatch.setattr(asyncio, "open_connection", open_connection)
+    task = asyncio.create_task(Connection.open("127.0.0.1", 1))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the task now waits for the connection
+    writer = mock.Mock()
+    writer.get_extra_info.return_value = None
+    opened.set_result((asyncio.StreamReader(), writer))  # the connection completes ...
+    task.cancel()  # ... in the same turn as the caller is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await task
