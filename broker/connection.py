@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Final, cast
 
 from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
@@ -56,6 +57,8 @@ class ClientConnection(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
         self._paused = False
+        self._holds = 0
+        """Requests answered later that the next ones wait for (``hold``)."""
         self._memory_wait = False
         """Not read until the request memory budget covers the partial frame."""
         self._claimed = False
@@ -126,7 +129,7 @@ class ClientConnection(asyncio.Protocol):
         # latency bucket, as runs of heartbeats do).
         run, run_started = 0, clock()
         try:
-            while backlog and len(in_flight) < limit:
+            while backlog and len(in_flight) < limit and not self._holds:
                 payload = backlog.popleft()
                 heartbeat = decode_heartbeat(payload)
                 full_path = True
@@ -237,6 +240,22 @@ class ClientConnection(asyncio.Protocol):
             metrics.answered(key, response.error_code, time.perf_counter() - t0)
         if self._backlog and not self._draining:
             self._drain_backlog()
+
+    def hold(self) -> Callable[[], None]:
+        """Take no further request until the returned function is called (once)."""
+        self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._holds -= 1
+            if not self._holds and self._backlog and not self._closed:
+                self._drain_backlog()
+
+        return release
 
     # --- request memory budget (broker.budget) -------------------------------------------
 

@@ -31,6 +31,11 @@ class Peer(Protocol):
 
     def reply(self, correlation_id: int, response: Response) -> None: ...
 
+    def hold(self) -> Callable[[], None]:
+        """Take no further request of this connection until the returned function is
+        called (a request answered later must still take effect before the next)."""
+        ...
+
 
 class ConnectionHost(Protocol):
     """The broker as a connection sees it."""

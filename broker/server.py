@@ -14,7 +14,7 @@ import dataclasses
 import errno
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Final
 
 import msgpack
@@ -124,6 +124,8 @@ class Broker:
         self._fetches: FetchManager | None = None
         self._topics: TopicApis | None = None
         self._handlers: dict[type, Callable[..., None]] = {}
+        self._deferred: set[asyncio.Task[None]] = set()
+        """Requests answered by a coroutine (topic creation): awaited at close."""
         self.renew_heartbeat: Callable[[int, HeartbeatFields, int], Renewal | None] = (
             _not_started)
         """The heartbeat fast path, ``Coordinator.renew`` once started: a Renewal when the
@@ -317,6 +319,11 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
         await self.loop_monitor.close()
+        if self._topics is not None:  # creations on worker threads finish first
+            await self._topics.drain()
+        for task in list(self._deferred):
+            with contextlib.suppress(Exception):
+                await task
         if self._fetches is not None:
             self._fetches.complete_all()
         if self._durability is not None:
@@ -443,6 +450,16 @@ class Broker:
             fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
 
         def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
+            if topics.creating(request.topic_names):
+                # A topic being created is deleted once it exists: as if queued after it.
+                async def later() -> None:
+                    await topics.settled(request.topic_names)
+                    delete_now(conn, cid, request)
+                self._defer(conn, cid, request, later())
+                return
+            delete_now(conn, cid, request)
+
+        def delete_now(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
             response, deleted = topics.delete_topics(request)
             if not deleted:
                 conn.reply(cid, response)
@@ -462,17 +479,59 @@ class Broker:
         def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
             return lambda conn, cid, request: conn.reply(cid, api(request))
 
+        def answer_later(api: Callable[[Any], Coroutine[Any, Any, Response]],
+                         ) -> Callable[..., None]:
+            def handle(conn: Peer, cid: int, request: Request) -> None:
+                self._defer(conn, cid, request, api(request), reply=True)
+            return handle
+
+        def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
+            if topics.auto_creates(request):
+                self._defer(conn, cid, request, topics.metadata_creating(request), reply=True)
+            else:
+                conn.reply(cid, topics.metadata(request))
+
         return {
             ProduceRequest: produce,
             FetchRequest: fetch,
             ApiVersionsRequest: answer(lambda _: topics.api_versions()),
-            MetadataRequest: answer(topics.metadata),
+            MetadataRequest: metadata,
             FindCoordinatorRequest: answer(topics.find_coordinator),
             ListOffsetsRequest: answer(topics.list_offsets),
-            CreateTopicsRequest: answer(topics.create_topics),
+            CreateTopicsRequest: answer_later(topics.create_topics),
             DeleteTopicsRequest: delete_topics,
-            CreatePartitionsRequest: answer(topics.create_partitions),
+            CreatePartitionsRequest: answer_later(topics.create_partitions),
         }
+
+    def _defer(self, conn: Peer, cid: int, request: Request,
+               work: Coroutine[Any, Any, Any], *, reply: bool = False) -> None:
+        """Run ``work`` as a task, holding the connection's later requests until it is
+        done (they take effect in arrival order, docs/protocol.md §2 rule 4); with
+        ``reply``, what it returns is the answer. Other connections go on meanwhile."""
+        release = conn.hold()
+
+        async def run() -> None:
+            response: Response | None = None
+            try:
+                response = await work
+            except Exception as exc:
+                log.exception("request_failed", api=type(request).__name__,
+                              conn=conn.conn_id)
+                response = response_type_for(request)(
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                    error_message=f"{type(exc).__name__}: {exc}")
+                reply_now = True
+            else:
+                reply_now = reply
+            try:
+                if reply_now and response is not None:
+                    conn.reply(cid, response)
+            finally:
+                release()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
 
     # --- executing coordinator results --------------------------------------------------
 

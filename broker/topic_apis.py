@@ -1,16 +1,26 @@
 """Answers for the topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
 CreatePartitions, Produce, ListOffsets and FindCoordinator. Group APIs go to the
 coordinator, Fetch to :mod:`broker.fetch`.
+
+Creating partitions (CreateTopics, CreatePartitions, Metadata's auto-creation) makes
+directories and files and fsyncs them: thousands of system calls for a large topic, so
+it runs on a worker thread and those requests are answered by coroutines. The name and
+the partitions are reserved on the loop thread when the request arrives (a second
+creation of the name gets TOPIC_ALREADY_EXISTS, the partition cap counts them); the
+topic becomes visible, and the request is answered, once ``meta.json`` names it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.topic_store import Creation
 from groupwire.protocol.batches import (
     CorruptBatchError,
     MalformedRecordError,
@@ -65,6 +75,53 @@ class TopicApis:
         self._store = store
         self._port = port
         self._on_append = on_append
+        self._settled: dict[str, asyncio.Event] = {}
+        """Set when the creation in flight for a topic has finished (either way)."""
+
+    # --- creations off the loop ---------------------------------------------------------
+
+    def creating(self, names: list[str]) -> bool:
+        """Whether a creation of any of ``names`` is in flight."""
+        return any(name in self._settled for name in names)
+
+    async def settled(self, names: list[str]) -> None:
+        """Return once no creation of any of ``names`` is in flight."""
+        for name in names:
+            event = self._settled.get(name)
+            while event is not None:
+                await event.wait()
+                event = self._settled.get(name)
+
+    async def drain(self) -> None:
+        """Return once no creation is in flight (the broker is closing its storage)."""
+        while self._settled:
+            await next(iter(self._settled.values())).wait()
+
+    def _begin(self, creation: Creation) -> asyncio.Event:
+        event = asyncio.Event()
+        self._settled[creation.name] = event
+        return event
+
+    async def _build(self, creation: Creation) -> StorageError | None:
+        """Build ``creation`` on a worker thread, then finish it here; never cancelled
+        halfway (the thread would go on without the loop knowing)."""
+        event = self._begin(creation)
+        work = asyncio.ensure_future(asyncio.to_thread(self._store.build, creation))
+        error: StorageError | None = None
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await work
+            raise
+        except StorageError as exc:
+            error = exc
+        finally:
+            self._store.finish(creation)
+            if self._settled.get(creation.name) is event:
+                del self._settled[creation.name]
+            event.set()
+        return error
 
     def api_versions(self) -> ApiVersionsResponse:
         return ApiVersionsResponse(
@@ -82,7 +139,42 @@ class TopicApis:
         return FindCoordinatorResponse(node_id=NODE_ID, host=self._settings.advertised,
                                        port=self._port())
 
-    def metadata(self, request: MetadataRequest) -> MetadataResponse:
+    def auto_creates(self, request: MetadataRequest) -> bool:
+        """Whether ``request`` names a topic Metadata would create (then answer it with
+        :meth:`metadata_creating`, else with :meth:`metadata`)."""
+        if (request.topics is None or not request.allow_auto_topic_creation
+                or not self._settings.auto_create_topics):
+            return False
+        store = self._store
+        return any(store.partition_count(t.name) is None
+                   and store.creation_in_flight(t.name) is None for t in request.topics)
+
+    async def metadata_creating(self, request: MetadataRequest) -> MetadataResponse:
+        """Metadata that first creates the unknown topics it names (auto-creation)."""
+        failed: dict[str, StorageError] = {}
+        created: list[Creation] = []
+        names = [t.name for t in request.topics or []]
+        for name in dict.fromkeys(names):
+            if (self._store.partition_count(name) is not None
+                    or self._store.creation_in_flight(name) is not None):
+                continue
+            try:
+                created.append(self._store.begin_create_topic(name,
+                                                              self._settings.num_partitions))
+            except StorageError as exc:
+                failed[name] = exc
+        for creation in created:
+            error = await self._build(creation)
+            if error is not None:
+                log.error("topic_not_created", topic=creation.name, error=str(error))
+                failed[creation.name] = error
+            else:
+                log.info("topic_auto_created", topic=creation.name,
+                         partitions=creation.total)
+        return self.metadata(request, failed)
+
+    def metadata(self, request: MetadataRequest,
+                 failed: dict[str, StorageError] | None = None) -> MetadataResponse:
         store = self._store
         if request.topics is None:
             names = sorted(store.topics())
@@ -91,17 +183,16 @@ class TopicApis:
         topics = []
         for name in names:
             count = store.partition_count(name)
-            if (count is None and request.allow_auto_topic_creation
-                    and self._settings.auto_create_topics):
-                try:
-                    store.create_topic(name, self._settings.num_partitions)
-                    log.info("topic_auto_created", topic=name,
-                             partitions=self._settings.num_partitions)
-                    count = store.partition_count(name)
-                except StorageError as exc:
-                    topics.append(MetadataTopic(error_code=exc.code, error_message=str(exc),
-                                                name=name))
-                    continue
+            exc = failed.get(name) if failed else None
+            if exc is not None:
+                topics.append(MetadataTopic(error_code=exc.code, error_message=str(exc),
+                                            name=name))
+                continue
+            if count is None and store.creation_in_flight(name) is not None:
+                topics.append(MetadataTopic(  # Kafka's answer for a topic not ready yet
+                    error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                    error_message=f"topic {name!r} is being created", name=name))
+                continue
             if count is None:
                 topics.append(MetadataTopic(
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -118,11 +209,14 @@ class TopicApis:
             cluster_id=store.cluster_id, topics=topics,
         )
 
-    def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        """Every name is checked and reserved at once, in order; the partitions are then
+        built one topic at a time off the loop."""
         seen: dict[str, int] = {}
         for topic in request.topics:
             seen[topic.name] = seen.get(topic.name, 0) + 1
-        results = []
+        results: list[CreatableTopicResult] = []
+        building: list[tuple[int, Creation]] = []
         for topic in request.topics:
             name = topic.name
             if seen[name] > 1:
@@ -138,14 +232,22 @@ class TopicApis:
             partitions = (self._settings.num_partitions if topic.num_partitions == -1
                           else topic.num_partitions)
             try:
-                self._store.create_topic(name, partitions)
+                creation = self._store.begin_create_topic(name, partitions)
             except StorageError as exc:
                 results.append(CreatableTopicResult(name=name, error_code=exc.code,
                                                     error_message=str(exc)))
                 continue
-            log.info("topic_created", topic=name, partitions=partitions)
+            building.append((len(results), creation))
             results.append(CreatableTopicResult(name=name, num_partitions=partitions,
                                                 replication_factor=1))
+        for i, creation in building:
+            error = await self._build(creation)
+            if error is not None:
+                log.error("topic_not_created", topic=creation.name, error=str(error))
+                results[i] = CreatableTopicResult(name=creation.name, error_code=error.code,
+                                                  error_message=str(error))
+                continue
+            log.info("topic_created", topic=creation.name, partitions=creation.total)
         return CreateTopicsResponse(topics=results)
 
     def delete_topics(self, request: DeleteTopicsRequest,
@@ -173,17 +275,27 @@ class TopicApis:
             results.append(DeletableTopicResult(name=name))
         return DeleteTopicsResponse(responses=results), deleted
 
-    def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-        results = []
+    async def create_partitions(self, request: CreatePartitionsRequest,
+                                ) -> CreatePartitionsResponse:
+        results: list[CreatePartitionsTopicResult] = []
+        building: list[tuple[int, Creation]] = []
         for topic in request.topics:
             try:
-                self._store.create_partitions(topic.name, topic.count)
+                creation = self._store.begin_create_partitions(topic.name, topic.count)
             except StorageError as exc:
                 results.append(CreatePartitionsTopicResult(
                     name=topic.name, error_code=exc.code, error_message=str(exc)))
                 continue
-            log.info("partitions_created", topic=topic.name, total=topic.count)
+            building.append((len(results), creation))
             results.append(CreatePartitionsTopicResult(name=topic.name))
+        for i, creation in building:
+            error = await self._build(creation)
+            if error is not None:
+                log.error("partitions_not_created", topic=creation.name, error=str(error))
+                results[i] = CreatePartitionsTopicResult(
+                    name=creation.name, error_code=error.code, error_message=str(error))
+                continue
+            log.info("partitions_created", topic=creation.name, total=creation.total)
         return CreatePartitionsResponse(results=results)
 
     def produce(self, request: ProduceRequest) -> tuple[ProduceResponse, bool]:

@@ -20,8 +20,10 @@ import contextlib
 import fcntl
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -76,6 +78,11 @@ class TopicStore:
         self.fresh = False
         """True if ``meta.json`` did not exist at open (a new data dir)."""
         self._tickets_out = 0
+        self._creating: dict[str, Creation] = {}
+        """Creations begun and not finished, by topic: the name is taken, their partitions
+        count against ``max_partitions``, and nothing else sees them yet."""
+        self._meta_lock = threading.Lock()
+        """Serialises ``meta.json`` writes: a creation commits on a worker thread."""
         self._doomed: set[Path] = set()
         """Deleted partitions' directories, removed once no flush ticket may name them."""
         self._closed = False
@@ -88,6 +95,9 @@ class TopicStore:
         try:
             self.fresh = not (self.data_dir / META_FILE).exists()
             self._meta = self._load_or_create_meta()
+            self._durable_topics = dict(self._meta.topics)
+            """What ``meta.json`` names (under ``_meta_lock``): ahead of ``_meta.topics``
+            while a committed creation waits for the loop thread to finish it."""
             if not self.fresh:  # without a metadata file, nothing says a directory is stray
                 self._remove_strays()
             clean = self._consume_clean_marker()
@@ -125,24 +135,48 @@ class TopicStore:
         return [r.as_dict() for r in self.recovery]
 
     def create_topic(self, name: str, num_partitions: int) -> None:
+        """Create ``name`` here and now (tools and tests; the broker splits it in three so
+        the file system work runs off its event loop: :meth:`begin_create_topic`)."""
+        self._run_here(self.begin_create_topic(name, num_partitions))
+
+    def create_partitions(self, name: str, new_total: int) -> None:
+        """Grow ``name`` to ``new_total`` partitions here and now (see :meth:`create_topic`)."""
+        self._run_here(self.begin_create_partitions(name, new_total))
+
+    def _run_here(self, creation: Creation) -> None:
+        try:
+            self.build(creation)
+        finally:
+            self.finish(creation)
+
+    def begin_create_topic(self, name: str, num_partitions: int) -> Creation:
+        """Loop thread: check and reserve a new topic; the name is taken from here on
+        (TOPIC_ALREADY_EXISTS, as Kafka answers for a topic being created). Run
+        :meth:`build` (any thread), then :meth:`finish` (loop thread) whatever happened."""
         self._check_open()
         check_topic_name(name)
         if name in self._meta.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
+        if name in self._creating:
+            raise TopicExistsError(f"topic {name!r} already exists (it is being created)")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise PartitionCountError(
                 f"number of partitions must be 1-{MAX_PARTITIONS}, got {num_partitions}")
-        self._check_partition_limit(name, num_partitions)
-        self._add_partitions(name, 0, num_partitions)
+        return self._reserve(name, 0, num_partitions)
 
-    def create_partitions(self, name: str, new_total: int) -> None:
-        """Grow ``name`` to ``new_total`` partitions (never shrinks; internal refused)."""
+    def begin_create_partitions(self, name: str, new_total: int) -> Creation:
+        """Loop thread: check and reserve growing ``name`` to ``new_total`` partitions
+        (never shrinks; internal refused); then as :meth:`begin_create_topic`."""
         self._check_open()
         current = self._meta.topics.get(name)
         if current is None:
             raise NoSuchPartitionError(f"unknown topic {name!r}")
         if self.is_internal(name):
             raise TopicRefusedError(f"{name} is internal: its partitions are fixed")
+        if name in self._creating:
+            raise PartitionCountError(
+                f"topic {name!r} is already being given more partitions: retry once that "
+                f"is done")
         if new_total <= current:
             raise PartitionCountError(
                 f"topic {name!r} has {current} partitions; the new total must be larger, "
@@ -150,8 +184,92 @@ class TopicStore:
         if new_total > MAX_PARTITIONS:
             raise PartitionCountError(
                 f"number of partitions must be at most {MAX_PARTITIONS}, got {new_total}")
-        self._check_partition_limit(name, new_total - current)
-        self._add_partitions(name, current, new_total)
+        return self._reserve(name, current, new_total)
+
+    def _reserve(self, name: str, first: int, total: int) -> Creation:
+        self._check_partition_limit(name, total - first)
+        creation = Creation(name, first, total)
+        if self._doomed:  # ours now: a flush completing must not remove them
+            self._doomed = {d for d in self._doomed
+                            if not _names_partition(d.name, name, first, total)}
+        self._creating[name] = creation
+        return creation
+
+    def creation_in_flight(self, name: str) -> Creation | None:
+        """The creation (or growth) of ``name`` begun and not finished, if any."""
+        return self._creating.get(name)
+
+    @property
+    def partitions_reserved(self) -> int:
+        """Partitions of creations in flight (they count against ``max_partitions``)."""
+        return sum(c.total - c.first for c in self._creating.values())
+
+    def build(self, creation: Creation) -> None:
+        """Any thread: create the partitions' directories and files, fsync them (unless
+        the policy is ``never``), then rewrite ``meta.json``. Touches no state of the loop
+        thread's: the logs stay in ``creation`` until :meth:`finish`. On failure what it
+        made is removed again (best effort) and :class:`StorageError` raised;
+        ``meta.json`` is then unchanged."""
+        name, logs = creation.name, creation.logs
+        sync = self.config.fsync is not FsyncPolicy.NEVER
+        made: list[Path] = []
+        try:
+            for p in range(creation.first, creation.total):
+                directory = self.data_dir / LOGS_DIR / f"{name}-{p}"
+                if directory.exists():  # a deleted topic's, or a failed create's: not ours
+                    self._discard_dir(directory)
+                made.append(directory)
+                plog = PartitionLog(directory, self.config, topic=name, partition=p,
+                                    handles=self._pool, trust_index=False,
+                                    on_dirty=creation.dirtied)
+                logs.append(plog)
+                if sync:  # here, not in the loop's next flush round over every log
+                    ticket = plog.take_dirty()
+                    ticket.sync()
+                    plog.complete(ticket)
+            self._ops.fsync_dir(self.data_dir / LOGS_DIR)
+            with self._meta_lock:
+                topics = {**self._durable_topics, name: creation.total}
+                try:
+                    self._write_meta(StoreMeta(self._meta.cluster_id,
+                                               self._meta.offsets_partitions, topics))
+                except StorageError:
+                    # the new file may be in place but not durable: put the old one back
+                    with contextlib.suppress(StorageError):
+                        self._write_meta(StoreMeta(self._meta.cluster_id,
+                                                   self._meta.offsets_partitions,
+                                                   self._durable_topics))
+                    raise
+                self._durable_topics = topics
+        except (OSError, StorageError) as exc:
+            for plog in logs:
+                plog.close(sync=False)
+            logs.clear()
+            for directory in made:
+                with contextlib.suppress(OSError):  # else a stray, removed at next open
+                    self._discard_dir(directory)
+            with contextlib.suppress(OSError):
+                self._ops.fsync_dir(self.data_dir / LOGS_DIR)
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot create partitions of {name!r}: {exc}") from exc
+        creation.built = True
+
+    def finish(self, creation: Creation) -> None:
+        """Loop thread, after :meth:`build` returned or raised: a built creation's
+        partitions become visible (Metadata, Produce); either way the reservation ends."""
+        if self._creating.get(creation.name) is creation:
+            del self._creating[creation.name]
+        if not creation.built:
+            return
+        name = creation.name
+        for plog in creation.logs:
+            self._logs[(name, plog.partition)] = plog
+        self._meta.topics = {**self._meta.topics, name: creation.total}
+        creation.attached = True
+        creation.dirtied.store = self
+        for plog in creation.dirtied.logs:
+            self._mark_dirty(plog)
 
     @property
     def partition_total(self) -> int:
@@ -160,11 +278,14 @@ class TopicStore:
 
     def _check_partition_limit(self, name: str, adding: int) -> None:
         limit, hosted = self.config.max_partitions, self.partition_total
-        if hosted + adding > limit:
+        reserved = self.partitions_reserved
+        if hosted + reserved + adding > limit:
+            being = f", and {reserved} are being created" if reserved else ""
             raise PartitionLimitError(
-                f"{adding} more partitions for {name!r} would make {hosted + adding}, over "
-                f"the broker's limit of {limit} partitions (--max-partitions; it hosts "
-                f"{hosted}, internal topics included)")
+                f"{adding} more partitions for {name!r} would make "
+                f"{hosted + reserved + adding}, over the broker's limit of {limit} "
+                f"partitions (--max-partitions; it hosts {hosted}, internal topics "
+                f"included{being})")
 
     def delete_topic(self, name: str) -> int:
         """Remove ``name`` and its partitions' data; returns its partition count.
@@ -185,10 +306,14 @@ class TopicStore:
         if self.is_internal(name):
             raise TopicRefusedError(f"{name} is internal: the broker's own topic, "
                                     "it cannot be deleted")
-        topics = {t: n for t, n in self._meta.topics.items() if t != name}
-        self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
-                                   topics))
-        self._meta.topics = topics
+        if name in self._creating:  # the broker waits for a creation before deleting
+            raise StorageError(f"topic {name!r} is being given more partitions")
+        with self._meta_lock:
+            durable = {t: n for t, n in self._durable_topics.items() if t != name}
+            self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
+                                       durable))
+            self._durable_topics = durable
+        self._meta.topics = {t: n for t, n in self._meta.topics.items() if t != name}
         for p in range(count):
             plog = self._logs.pop((name, p))
             self._dirty.pop(plog, None)
@@ -230,29 +355,6 @@ class TopicStore:
             raise StorageError(f"cannot remove partition directories no topic names "
                                f"({', '.join(strays)}): {_os_reason(exc)}") from exc
         self.strays_removed = strays
-
-    def _add_partitions(self, name: str, first: int, total: int) -> None:
-        opened: list[PartitionLog] = []
-        try:
-            for p in range(first, total):
-                leftover = self.data_dir / LOGS_DIR / f"{name}-{p}"
-                self._doomed.discard(leftover)
-                if leftover.exists():  # a deleted topic's, or a failed create's: not ours
-                    self._discard_dir(leftover)
-                opened.append(self._open_partition(name, p, trust_index=False))
-            self._ops.fsync_dir(self.data_dir / LOGS_DIR)
-            topics = {**self._meta.topics, name: total}
-            self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
-                                       topics))
-        except (OSError, StorageError) as exc:
-            for plog in opened:
-                del self._logs[(name, plog.partition)]
-                self._dirty.pop(plog, None)
-                plog.close(sync=False)
-            if isinstance(exc, StorageError):
-                raise
-            raise StorageError(f"cannot create partitions of {name!r}: {exc}") from exc
-        self._meta.topics = topics
 
     def _load_or_create_meta(self) -> StoreMeta:
         path = self.data_dir / META_FILE
@@ -396,6 +498,47 @@ class TopicStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError("storage is closed")
+
+
+class _Dirtied:
+    """``on_dirty`` of logs being created: collected off the loop thread, handed to the
+    store by :meth:`TopicStore.finish`, then passed straight through."""
+
+    def __init__(self, store: TopicStore | None = None) -> None:
+        self.logs: list[PartitionLog] = []
+        self.store = store
+
+    def __call__(self, plog: PartitionLog) -> None:
+        if self.store is not None:
+            self.store._mark_dirty(plog)
+        else:
+            self.logs.append(plog)
+
+
+@dataclass(eq=False)
+class Creation:
+    """A topic, or more partitions of one, being created: ``[first, total)``."""
+
+    name: str
+    first: int
+    total: int
+    logs: list[PartitionLog] = field(default_factory=list)
+    dirtied: _Dirtied = field(default_factory=_Dirtied)
+    built: bool = False
+    """:meth:`TopicStore.build` succeeded: durable, named by ``meta.json``."""
+    attached: bool = False
+    """:meth:`TopicStore.finish` made it visible."""
+
+    @property
+    def partitions(self) -> int:
+        return self.total - self.first
+
+
+def _names_partition(directory: str, topic: str, first: int, total: int) -> bool:
+    """Whether ``directory`` is ``<topic>-<p>`` for a ``p`` in ``[first, total)``."""
+    stem, dash, number = directory.rpartition("-")
+    return (dash == "-" and stem == topic and number.isdigit()
+            and first <= int(number) < total)
 
 
 def _lock(path: Path) -> int:
