@@ -237,16 +237,27 @@ async def soak(b: BrokerProc, args: argparse.Namespace) -> dict[str, Any]:
     prober = asyncio.create_task(probe(bootstrap, stop, worst))
     await asyncio.sleep(1.0)  # a baseline of probe round trips before the load
     baseline_ms = worst[0] * 1000
+    phases: dict[str, float] = {}
+
+    def phase_done(name: str) -> None:
+        phases[name] = worst[0] * 1000
+        worst[0] = 0.0
+
     try:
         produce_errors = await wide_topic(bootstrap, args.partitions)
+        phase_done("wide topic")
         answered = await hostile_burst(bootstrap, args.hostile_frames)
+        phase_done("hostile frames")
         closed = await slow_loris(bootstrap, args.slow_connections, args.seconds)
+        phase_done("slow loris")
         await asyncio.sleep(NEIGHBOUR_SESSION_MS / 1000)  # an expiry would show by now
+        phase_done("after")
     finally:
         stop.set()
         await asyncio.gather(prober, *members, return_exceptions=True)
     rebalances = sum(lst.assigned - n for lst, n in zip(listeners, formed_at, strict=True))
-    return {"peak_rss_mib": peak_rss_mib(b.pid), "worst_probe_ms": worst[0] * 1000,
+    return {"peak_rss_mib": peak_rss_mib(b.pid), "worst_probe_ms": max(phases.values()),
+            "phases": phases,
             "baseline_probe_ms": baseline_ms, "produce_errors": produce_errors,
             "hostile_answered": answered, "slow_closed": closed,
             "neighbour_rebalances": rebalances}
@@ -281,7 +292,8 @@ def run(args: argparse.Namespace) -> list[Figure]:
                      f"{args.hostile_frames} hostile frames answered, "
                      f"{result['slow_closed']} of {args.slow_connections} slow connections "
                      f"closed by the broker, probe baseline "
-                     f"{result['baseline_probe_ms']:.1f} ms")
+                     f"{result['baseline_probe_ms']:.1f} ms; longest round trip by phase: "
+                     + ", ".join(f"{k} {v:.0f} ms" for k, v in result["phases"].items()))
     note = "; ".join(notes)
     return [
         with_goal(Figure("peak RSS", "MiB", rss, settings, note=note),
