@@ -334,7 +334,8 @@ class Broker:
             conn.close()
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
         if self._metrics_server is not None:
             shutdown = getattr(self._metrics_server, "shutdown", None)
             if shutdown is not None:

@@ -198,7 +198,8 @@ async def run(args: argparse.Namespace) -> None:
                     journal.write(event="error", error=repr(exc), failures=backoff.failures,
                                   retry_in_s=round(delay, 3))
                 with contextlib.suppress(TimeoutError):  # the pause, cut short by SIGTERM
-                    await asyncio.wait_for(stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await stop.wait()
                 continue
             backoff.reset()
             records = [[r.partition, r.offset] for rs in batches.values() for r in rs]

@@ -166,8 +166,9 @@ async def _scenario(run: Run) -> Verdict:
         run.bootstrap = opts.bootstrap
     async with Admin(run.bootstrap, client_id="chaos-admin") as admin:
         try:
-            await asyncio.wait_for(admin.create_topics(
-                [run.topic], num_partitions=opts.partitions, exist_ok=True), ADMIN_TIMEOUT_S)
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                await admin.create_topics([run.topic], num_partitions=opts.partitions,
+                                          exist_ok=True)
         except TimeoutError:
             raise ChaosFatal(f"the broker at {run.bootstrap} did not create the topic "
                              f"{run.topic!r} within {ADMIN_TIMEOUT_S:.0f} s") from None
@@ -228,9 +229,9 @@ async def _scenario(run: Run) -> Verdict:
         (opts.report / "verdict.json").write_text(json.dumps(summary(run, verdict), indent=2))
         if opts.rebalance_report:  # the broker still serves: the job reads its events
             try:
-                await asyncio.wait_for(write_rebalance_report(
-                    run.bootstrap, opts.report, run.group, run.console, since_ms=started_ms),
-                    REBALANCE_REPORT_S)
+                async with asyncio.timeout(REBALANCE_REPORT_S):
+                    await write_rebalance_report(run.bootstrap, opts.report, run.group,
+                                                 run.console, since_ms=started_ms)
             except TimeoutError:
                 run.console.print(f"[yellow]rebalance report skipped[/]: the job took longer "
                                   f"than {REBALANCE_REPORT_S:.0f} s")
@@ -296,8 +297,8 @@ async def _start_broker(run: Run) -> None:
     with log_path.open("ab") as log:
         while True:
             try:
-                line = await asyncio.wait_for(proc.stderr.readline(),
-                                              max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    line = await proc.stderr.readline()
             except TimeoutError:
                 raise ChaosFatal(f"the run's broker did not start within {BROKER_START_S:.0f} "
                                  f"s; see {log_path}") from None
@@ -356,7 +357,8 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
         if run.broker is None:
             return
         _kill_groups([run.broker])
-        await asyncio.wait_for(run.broker.wait(), TASK_EXIT_S)
+        async with asyncio.timeout(TASK_EXIT_S):
+            await run.broker.wait()
         run.fault_times.append(now)
         await _start_broker(run)
         run.log.append(f"broker killed and restarted ({time.time() - now:.1f} s)")
