@@ -51,6 +51,8 @@ NEIGHBOUR_PARTITIONS = 4
 FORM_TIMEOUT_S = 60.0
 TRICKLE_BYTES = 64 * 1024
 TRICKLE_EVERY_S = 0.25
+ANSWER_TIMEOUT_S = 60.0
+"""The longest a hostile connection waits on the broker before giving up on it."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,15 +154,16 @@ async def hostile_burst(bootstrap: str, frames: int) -> int:
         nonlocal answered
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            for cid in ids:
-                writer.write(hostile_metadata_frame(cid))
-                await writer.drain()
-            for _ in ids:
-                size = struct.unpack(">I", await reader.readexactly(4))[0]
-                await reader.readexactly(size)
-                answered += 1
+            async with asyncio.timeout(ANSWER_TIMEOUT_S):  # a broker that stops reading
+                for cid in ids:
+                    writer.write(hostile_metadata_frame(cid))
+                    await writer.drain()
+                for _ in ids:
+                    size = struct.unpack(">I", await reader.readexactly(4))[0]
+                    await reader.readexactly(size)
+                    answered += 1
         except (OSError, asyncio.IncompleteReadError):
-            pass  # the broker may close a connection that sends such frames
+            pass  # the broker may close a connection that sends such frames (or time out)
         finally:
             writer.close()
             with contextlib.suppress(OSError):
@@ -177,6 +180,7 @@ async def slow_loris(bootstrap: str, connections: int, seconds: float) -> int:
     host, port = bootstrap.rsplit(":", 1)
     closed = 0
     deadline = time.monotonic() + seconds
+    loop = asyncio.get_running_loop()
 
     async def one() -> None:
         nonlocal closed
@@ -188,10 +192,14 @@ async def slow_loris(bootstrap: str, connections: int, seconds: float) -> int:
         try:
             writer.write(struct.pack(">I", FRAME_BYTES))
             chunk = b"\x00" * TRICKLE_BYTES
-            while time.monotonic() < deadline:
-                writer.write(chunk)
-                await writer.drain()
-                await asyncio.sleep(TRICKLE_EVERY_S)
+            # drain blocks while the broker pauses this connection for memory: bounded
+            async with asyncio.timeout_at(loop.time() + seconds + ANSWER_TIMEOUT_S):
+                while time.monotonic() < deadline:
+                    writer.write(chunk)
+                    await writer.drain()
+                    await asyncio.sleep(TRICKLE_EVERY_S)  # the trickle's pace, not a wait
+        except TimeoutError:
+            pass  # still paused at the end: the broker held it without closing it
         except OSError:
             closed += 1
         finally:
