@@ -105,6 +105,8 @@ class Connection:
             raise
         except (ConnectionError, OSError) as exc:
             self._fail(exc)
+            if future.done() and not future.cancelled():
+                future.exception()  # the reader failed it first: this raise says it all
             raise ConnectionClosedError(f"connection to {self.peer} failed: {exc}") from exc
         finally:
             if self._pending.pop(cid, None) is not None and (

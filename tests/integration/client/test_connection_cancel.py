@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 from unittest import mock
 
 import pytest
 
 from groupwire.client.connection import Connection
+from groupwire.client.errors import ConnectionClosedError
 from groupwire.protocol.codec import decode_request, encode_response
 from groupwire.protocol.framing import FrameDecoder, frame
 from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
@@ -70,3 +72,33 @@ async def test_a_cancellation_as_the_connection_completes_is_not_lost(
     task.cancel()  # ... in the same turn as the caller is cancelled
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_reset_seen_by_both_reader_and_writer_leaves_no_unretrieved_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker resets the connection while a large request is still being written: the
+    reader fails the request's future, then ``drain`` fails too. The caller gets one
+    ConnectionClosedError, and asyncio must not log "Future exception was never
+    retrieved" for the future the reader failed."""
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = await Connection.open("127.0.0.1", port)
+    reported: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    async def reset_while_writing() -> None:
+        conn._fail(ConnectionResetError(104, "Connection reset by peer"))  # the reader
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(conn._writer, "drain", reset_while_writing)
+    try:
+        with pytest.raises(ConnectionClosedError):
+            await conn.send(ApiVersionsRequest(), timeout=5)
+        gc.collect()  # an unretrieved exception is reported when its future is freed
+        assert not [c for c in reported if "never retrieved" in str(c.get("message"))]
+    finally:
+        loop.set_exception_handler(None)
+        await conn.close()
+        server.close()
+        await server.wait_closed()
