@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store import Store
 
-from groupwire import Consumer, RebalanceListener, TopicPartition
+from groupwire import Consumer, RebalanceListener, Record, TopicPartition
 
 
 class SeekToStoredOffsets(RebalanceListener):
@@ -58,11 +58,14 @@ async def run(bootstrap: str, topic: str, group: str, db_url: str, name: str) ->
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=200)
             for tp, records in batches.items():
-                with store.transaction():
+                def apply(db: Store, tp: TopicPartition = tp,
+                          records: list[Record] = records) -> None:
                     for record in records:
-                        store.add_result(tp.topic, tp.partition, record.offset,
-                                         (record.value or b"").decode())
-                    store.set_next_offset(tp.topic, tp.partition, records[-1].offset + 1)
+                        db.add_result(tp.topic, tp.partition, record.offset,
+                                      (record.value or b"").decode())
+                    db.set_next_offset(tp.topic, tp.partition, records[-1].offset + 1)
+
+                store.in_transaction(apply)  # retried whole if the database asks
     store.close()
 
 

@@ -7,7 +7,7 @@ One small adapter over DB-API drivers: SQLite (stdlib, the default), PostgreSQL
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
@@ -21,6 +21,19 @@ SCHEMA = (
         topic VARCHAR(255) NOT NULL, part INTEGER NOT NULL, record_offset BIGINT NOT NULL,
         value_text VARCHAR(255) NOT NULL)""",
 )
+
+
+RETRIES = 5
+"""Attempts at one batch's transaction when the database asks for a retry."""
+
+
+def _retryable(exc: Exception) -> bool:
+    """A deadlock or serialization failure: MySQL/MariaDB error 1213 or 1205, SQLSTATE
+    40001/40P01 (PostgreSQL), or SQLite's "database is locked"."""
+    code = getattr(exc, "args", (None,))[0] if exc.args else None
+    sqlstate = getattr(exc, "sqlstate", None)
+    return (code in (1205, 1213) or sqlstate in ("40001", "40P01")
+            or "database is locked" in str(exc))
 
 
 class Store:
@@ -75,16 +88,32 @@ class Store:
             raise
         self._run("COMMIT")
 
+    def in_transaction(self, work: Callable[[Store], None]) -> None:
+        """Run ``work`` in one transaction; run it again, whole, if the database chose it
+        as a deadlock victim or could not serialize it. InnoDB does that to one of two
+        consumers writing neighbouring rows at once; the rollback undid everything, so
+        retrying applies the batch once."""
+        for attempt in range(1, RETRIES + 1):
+            try:
+                with self.transaction():
+                    work(self)
+                return
+            except Exception as exc:
+                if attempt == RETRIES or not _retryable(exc):
+                    raise
+
     def add_result(self, topic: str, partition: int, offset: int, value: str) -> None:
         self._run("INSERT INTO results (topic, part, record_offset, value_text) "
                   "VALUES (?, ?, ?, ?)", (topic, partition, offset, value))
 
     def set_next_offset(self, topic: str, partition: int, offset: int) -> None:
-        """Inside a transaction: portable upsert (delete, insert)."""
-        self._run("DELETE FROM consumed_offsets WHERE topic = ? AND part = ?",
-                  (topic, partition))
-        self._run("INSERT INTO consumed_offsets (topic, part, next_offset) VALUES (?, ?, ?)",
-                  (topic, partition, offset))
+        """Inside a transaction: insert or update the partition's row."""
+        if self.kind in ("mysql", "mariadb"):
+            upsert = " ON DUPLICATE KEY UPDATE next_offset = VALUES(next_offset)"
+        else:  # PostgreSQL and SQLite (3.24+)
+            upsert = " ON CONFLICT (topic, part) DO UPDATE SET next_offset = excluded.next_offset"
+        self._run("INSERT INTO consumed_offsets (topic, part, next_offset) VALUES (?, ?, ?)"
+                  + upsert, (topic, partition, offset))
 
     def results(self) -> list[tuple[str, int, int]]:
         return [(str(t), int(p), int(o)) for t, p, o in

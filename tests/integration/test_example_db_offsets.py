@@ -105,3 +105,29 @@ async def test_killed_consumers_apply_every_record_exactly_once(
             except TimeoutError:
                 proc.kill()
         store.close()
+
+
+def test_a_batch_the_database_picks_as_deadlock_victim_is_applied_once(
+        tmp_path: Path) -> None:
+    """MariaDB once killed a consumer with error 1213 when two wrote at once: the batch's
+    transaction is rolled back and run again whole, so it is applied exactly once."""
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    attempts = 0
+
+    def apply(db: Store) -> None:
+        nonlocal attempts
+        attempts += 1
+        db.add_result("t", 0, 7, "seven")
+        db.set_next_offset("t", 0, 8)
+        if attempts == 1:
+            raise RuntimeError(1213, "Deadlock found when trying to get lock")
+
+    try:
+        store.in_transaction(apply)
+        assert attempts == 2
+        assert store.results() == [("t", 0, 7)]
+        assert store.next_offset("t", 0) == 8
+        with pytest.raises(ValueError):  # any other failure is not retried
+            store.in_transaction(lambda db: (_ for _ in ()).throw(ValueError("bad row")))
+    finally:
+        store.close()
