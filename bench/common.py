@@ -327,6 +327,8 @@ class BrokerProc:
     data_dir: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     port: int = -1
+    metrics_port: int | None = None
+    """The broker's /metrics port, when ``extra`` turns it on (``--metrics-port 0``)."""
     _tmp: str | None = None
     _log: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -376,7 +378,10 @@ class BrokerProc:
             for line in self._log.read_text(errors="replace").splitlines():
                 if '"broker_started"' in line:
                     with contextlib.suppress(ValueError, KeyError):
-                        return int(json.loads(line)["port"])
+                        started = json.loads(line)
+                        if started.get("metrics_port") is not None:
+                            self.metrics_port = int(started["metrics_port"])
+                        return int(started["port"])
         return None
 
     def log_tail(self, lines: int = 20) -> str:
