@@ -63,6 +63,7 @@ class BrokerSettings:
     connections_max_idle_ms: int = 600000
     frame_read_timeout_ms: int = 30000
     queued_max_request_bytes: int = 256 * 1024 * 1024
+    loop_slice_ms: int = 5
     log_format: str = "auto"
     log_level: str = "info"
 
@@ -186,6 +187,9 @@ OPTIONS: tuple[Option, ...] = (
            "bytes of unfinished and queued requests held across all connections; a "
            "connection needing more stops being read, the newest are closed (at least "
            "--max-frame-bytes)", _at_least(MIN_FRAME_BYTES)),
+    Option("loop_slice_ms",
+           "longest one request's work runs before other connections get a turn of the "
+           "event loop; 0 yields after every step", _at_least(0)),
     Option("log_format", "log output: json, console, or auto (console on a terminal)",
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",

@@ -21,6 +21,7 @@ from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
 from groupwire.broker.host import ConnectionHost
 from groupwire.broker.logs import get_logger
 from groupwire.protocol.codec import (
+    RequestFrame,
     decode_heartbeat,
     decode_request,
     encode_response,
@@ -29,6 +30,7 @@ from groupwire.protocol.codec import (
 )
 from groupwire.protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
 from groupwire.protocol.framing import FrameDecoder, frame
+from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import (
     RESPONSE_TYPES,
     SUPPORTED_VERSIONS,
@@ -45,6 +47,18 @@ _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
 _HEARTBEAT_NONE: Final = pack_body(HeartbeatResponse())
 _HEARTBEAT: Final = ApiKey.HEARTBEAT
 _NONE: Final = int(ErrorCode.NONE)
+
+
+def _decode(payload: bytes) -> RequestFrame | ProtocolError:
+    """``decode_request`` for a worker thread: the refusal is returned, not raised."""
+    try:
+        return decode_request(payload)
+    except ProtocolError as exc:
+        return exc
+
+
+def _encode(correlation_id: int, response: Response) -> bytes:
+    return frame(encode_response(correlation_id, response))
 
 
 class ClientConnection(asyncio.Protocol):
@@ -73,6 +87,8 @@ class ClientConnection(asyncio.Protocol):
         self._partial_handle: asyncio.TimerHandle | None = None
         self.close_reason = "client"
         self._refused = ""
+        self._long: set[int] = set()
+        """Correlation ids whose answers are encoded off the loop (``answer_is_long``)."""
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -128,6 +144,7 @@ class ClientConnection(asyncio.Protocol):
         # run's ends (RequestStats.answered_run: exact while the run fits the first
         # latency bucket, as runs of heartbeats do).
         run, run_started = 0, clock()
+        turn_ends = run_started + broker.settings.loop_slice_ms / 1000
         try:
             while backlog and len(in_flight) < limit and not self._holds:
                 payload = backlog.popleft()
@@ -159,6 +176,10 @@ class ClientConnection(asyncio.Protocol):
                 if self._closed:
                     break
                 run_started = clock()
+                if run_started >= turn_ends and backlog:
+                    # the rest in a later turn: other connections read meanwhile
+                    asyncio.get_running_loop().call_soon(self._drain_later)
+                    break
         finally:
             self._draining = False
             if run:
@@ -173,6 +194,10 @@ class ClientConnection(asyncio.Protocol):
         if self._claimed or self._backlog:
             self._account_memory()  # queued frames count; answers free what they held
         self._update_reading()
+
+    def _drain_later(self) -> None:
+        if not self._closed:
+            self._drain_backlog()
 
     def _update_reading(self) -> None:
         """Read while nothing waits for the in-flight bound or for request memory."""
@@ -192,23 +217,52 @@ class ClientConnection(asyncio.Protocol):
             error_message=f"{type(exc).__name__}: {exc}"))
 
     def _handle_frame(self, payload: bytes) -> None:
-        try:
-            req = decode_request(payload)
-        except BodyError as exc:
-            log.info("bad_request", conn=self.conn_id, error=ErrorCode.name_of(exc.code),
-                     reason=exc.message)
-            try:
-                key = ApiKey(exc.api_key)
-                body: Response = RESPONSE_TYPES[key](error_code=exc.code,
-                                                     error_message=exc.message)
-            except ValueError:
-                key = ApiKey.API_VERSIONS
-                body = Response(error_code=exc.code, error_message=exc.message)
-            self._in_flight[exc.correlation_id] = (key, time.perf_counter())
-            self.reply(exc.correlation_id, body)
+        if len(payload) > SCAN_ABOVE_BYTES:
+            self._decode_off_loop(payload)
             return
+        try:
+            decoded: RequestFrame | ProtocolError = decode_request(payload)
         except ProtocolError as exc:
-            self.abort("bad-envelope", str(exc))
+            decoded = exc
+        self._handle_decoded(decoded)
+
+    def _refuse_body(self, exc: BodyError) -> None:
+        """A request the envelope names but the broker refuses: answered, connection kept."""
+        log.info("bad_request", conn=self.conn_id, error=ErrorCode.name_of(exc.code),
+                 reason=exc.message)
+        try:
+            key = ApiKey(exc.api_key)
+            body: Response = RESPONSE_TYPES[key](error_code=exc.code, error_message=exc.message)
+        except ValueError:
+            key = ApiKey.API_VERSIONS
+            body = Response(error_code=exc.code, error_message=exc.message)
+        self._in_flight[exc.correlation_id] = (key, time.perf_counter())
+        self.reply(exc.correlation_id, body)
+
+    def _decode_off_loop(self, payload: bytes) -> None:
+        """Decode a large frame on a worker thread, taking no later request meanwhile.
+
+        Its cost follows its item count: a 10 000-partition request takes ~20-30 ms to
+        walk (``protocol.limits``) and build, which would hold every other connection up.
+        """
+        release = self.hold()
+
+        def decoded(future: asyncio.Future[RequestFrame | ProtocolError]) -> None:
+            try:
+                if not future.cancelled() and not self._closed:
+                    self._handle_decoded(future.result())
+            finally:
+                release()
+
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, _decode, payload).add_done_callback(decoded)
+
+    def _handle_decoded(self, req: RequestFrame | ProtocolError) -> None:
+        if isinstance(req, BodyError):
+            self._refuse_body(req)
+            return
+        if isinstance(req, ProtocolError):
+            self.abort("bad-envelope", str(req))
             return
         cid = req.correlation_id
         if cid in self._in_flight:
@@ -224,10 +278,44 @@ class ClientConnection(asyncio.Protocol):
 
     def reply(self, correlation_id: int, response: Response) -> None:
         """Send the answer to an in-flight request (dropped if the connection is gone)."""
+        if correlation_id in self._long:
+            self._long.discard(correlation_id)
+            if not self._closed:
+                self._reply_off_loop(correlation_id, response)
+                return
         started = self._in_flight.pop(correlation_id, None)
         if self._closed or self._transport is None:
             return
-        data = frame(encode_response(correlation_id, response))
+        self._send(frame(encode_response(correlation_id, response)), started,
+                   response.error_code)
+
+    def answer_is_long(self, correlation_id: int) -> None:
+        """The request's work ran over several loop turns: its answer is as large, so it
+        is encoded on a worker thread too (``reply``)."""
+        if correlation_id in self._in_flight:
+            self._long.add(correlation_id)
+
+    def _reply_off_loop(self, correlation_id: int, response: Response) -> None:
+        def encoded(future: asyncio.Future[bytes]) -> None:
+            started = self._in_flight.pop(correlation_id, None)
+            if future.cancelled() or self._closed or self._transport is None:
+                return
+            try:
+                data = future.result()
+            except Exception as exc:  # as Broker.dispatch answers an unexpected failure
+                log.error("response_encode_failed", conn=self.conn_id,
+                          api=type(response).__name__, error=f"{type(exc).__name__}: {exc}")
+                data = frame(encode_response(correlation_id, type(response)(
+                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                    error_message=f"{type(exc).__name__}: {exc}")))
+            self._send(data, started, response.error_code)
+
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, _encode, correlation_id, response).add_done_callback(encoded)
+
+    def _send(self, data: bytes, started: tuple[ApiKey, float] | None, error_code: int,
+              ) -> None:
+        assert self._transport is not None
         metrics = self.broker.metrics
         if self._draining:
             self._out.append(data)  # counted in bytes_out when the drain writes
@@ -237,7 +325,7 @@ class ClientConnection(asyncio.Protocol):
         self._last_active = time.monotonic()
         if started is not None:
             key, t0 = started
-            metrics.answered(key, response.error_code, time.perf_counter() - t0)
+            metrics.answered(key, error_code, time.perf_counter() - t0)
         if self._backlog and not self._draining:
             self._drain_backlog()
 

@@ -1,18 +1,30 @@
 """Fetch: slices of the log served as stored, and the long poll that waits for appends.
 
-A fetch that finds fewer than ``min_bytes`` parks on the partitions it names; an append
-that moves one of their high watermarks re-reads only the fetches parked there. Ownership
-fencing is checked when the fetch arrives and again when a parked one completes.
+No fetch holds the event loop for more than a slice (``broker.pacing``): a read is a
+generator with a step per partition. The first read of a fetch holds its connection
+while it runs on (the connection's later requests take effect after it); one that finds
+fewer than ``min_bytes`` parks and lets the connection go on.
+
+A parked fetch is what Kafka calls a DelayedFetch. It waits on every partition it names
+and counts the bytes each holds for it; an append that moves one of them re-reads only
+that partition for it and updates the count. It is completed (one full read, in slices)
+once the count reaches ``min_bytes``, a re-read shows an error, or ``max_wait_ms`` has
+passed since it arrived. Ownership fencing is checked when the fetch arrives, on each
+re-read, and again at completion.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import enum
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from groupwire.broker.coordinator import Coordinator
 from groupwire.broker.logs import get_logger
+from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.protocol.errors import ErrorCode
@@ -22,55 +34,112 @@ from groupwire.protocol.messages import (
     FetchResponse,
     FetchTopicResponse,
 )
+from groupwire.protocol.steps import Steps, run_steps
 
 log = get_logger("groupwire.fetch")
 
 TopicPartition = tuple[str, int]
 Reply = Callable[[FetchResponse], None]
+Defer = Callable[[Coroutine[Any, Any, None]], None]
+"""Runs the rest of a first read as a task that holds the connection (``Broker._defer``)."""
+
+_clock = time.perf_counter
+_UNPARK_CHUNK = 256
+"""Waiter entries removed per step when a fetch stops waiting."""
+
+
+class _State(enum.Enum):
+    READING = enum.auto()
+    """First read under way (in the broker's task that holds the connection)."""
+    PARKED = enum.auto()
+    COMPLETING = enum.auto()
+    """Its full read is under way."""
+    DONE = enum.auto()
+    """Answered, or its connection closed: nothing more is sent."""
 
 
 @dataclass(eq=False, slots=True)
-class _Parked:
+class _Fetch:
     conn_id: int
     request: FetchRequest
     reply: Reply
-    partitions: tuple[TopicPartition, ...]
-    handle: asyncio.TimerHandle | None = None
-    done: bool = False
-    waiting_on: set[TopicPartition] = field(default_factory=set)
+    may_park: bool
+    arrived: float = 0.0
+    """Loop time of arrival: ``max_wait_ms`` counts from here."""
+    state: _State = _State.READING
+    waiting_on: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    """Partitions it is registered on: fetch offset and partition_max_bytes."""
+    have: dict[TopicPartition, int] = field(default_factory=dict)
+    """Bytes each partition had for it when last read."""
+    ready: int = 0
+    """``sum(have.values())``."""
+    error: bool = False
+    """A re-read found an error: complete it so that the client learns it."""
+    timer: asyncio.TimerHandle | None = None
+    task: asyncio.Task[None] | None = None
+    steps: Steps[FetchResponse | None] | None = None
+    """The full read a ``task`` runs."""
 
 
 class FetchManager:
     def __init__(self, store: TopicStore, coordinator: Coordinator, *, max_response_bytes: int,
-                 ownership_fencing: bool) -> None:
+                 ownership_fencing: bool, slice_s: float) -> None:
         self._store = store
         self._coordinator = coordinator
         self._max_response_bytes = max_response_bytes
         self._fencing = ownership_fencing
-        self._waiters: dict[TopicPartition, set[_Parked]] = {}
-        self._by_conn: dict[int, set[_Parked]] = {}
+        self._slice_s = slice_s
+        self._waiters: dict[TopicPartition, set[_Fetch]] = {}
+        self._by_conn: dict[int, set[_Fetch]] = {}
         self._dirty: set[TopicPartition] = set()
+        self._unsettled: set[TopicPartition] = set()
+        """Appended past the high watermark when last looked at (fsync ``always``: the
+        high watermark moves once the fsync is done): looked at again at the next wake."""
+        self._waking: asyncio.Task[None] | None = None
+        self._in_wake = False
+        self._wake_deadline = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
-    def handle(self, conn_id: int, request: FetchRequest, reply: Reply) -> None:
-        partitions = tuple(
-            (t.topic, p.partition) for t in request.topics for p in t.partitions
-        )
-        response, ready_bytes, has_error = self._read(request, partitions)
-        if (
-            has_error
-            or ready_bytes >= request.min_bytes
-            or request.max_wait_ms <= 0
-            or not partitions
-        ):
-            reply(response)
+    # --- arrival ------------------------------------------------------------------------
+
+    def handle(self, conn_id: int, request: FetchRequest, reply: Reply, defer: Defer) -> None:
+        """Read, then answer or park. A read longer than a slice goes on in ``defer``."""
+        fetch = _Fetch(conn_id, request, reply,
+                       may_park=request.max_wait_ms > 0 and request.min_bytes > 0)
+        if self._closing:  # shutting down: answer with what is there
+            fetch.may_park = False
+            self._send(fetch, run_steps(self._arrival(fetch)))
             return
-        parked = _Parked(conn_id, request, reply, partitions)
+        fetch.arrived = asyncio.get_running_loop().time()
+        self._by_conn.setdefault(conn_id, set()).add(fetch)
+        sliced(self._arrival(fetch), self._slice_s,
+               lambda response: self._send(fetch, response), defer)
+
+    def _arrival(self, fetch: _Fetch) -> Steps[FetchResponse | None]:
+        """The first read; the answer, or None once parked (or its connection closed)."""
+        result = yield from self._read(fetch, register=fetch.may_park)
+        if result is None:
+            return None
+        response, ready, has_error = result
+        request = fetch.request
+        if (has_error or ready >= request.min_bytes or not fetch.may_park
+                or not fetch.waiting_on):
+            yield from self._unpark(fetch)
+            if fetch.state is _State.DONE:
+                return None
+            self._forget(fetch)
+            return response
+        if fetch.error or fetch.ready >= request.min_bytes or self._closing:
+            # a partition read early on moved while the rest was read: read it all again
+            return (yield from self._completion(fetch))
+        fetch.state = _State.PARKED
         loop = asyncio.get_running_loop()
-        parked.handle = loop.call_later(request.max_wait_ms / 1000, self._complete, parked)
-        for tp in partitions:
-            self._waiters.setdefault(tp, set()).add(parked)
-            parked.waiting_on.add(tp)
-        self._by_conn.setdefault(conn_id, set()).add(parked)
+        fetch.timer = loop.call_at(fetch.arrived + request.max_wait_ms / 1000,
+                                   self._timed_out, fetch)
+        return None
+
+    # --- parked fetches -----------------------------------------------------------------
 
     def appended(self, topic: str, partition: int) -> None:
         """Note that a partition's high watermark may have moved; see :meth:`wake`."""
@@ -78,62 +147,214 @@ class FetchManager:
             self._dirty.add((topic, partition))
 
     def wake(self) -> None:
-        """Re-read the fetches parked on partitions that moved since the last wake."""
-        if not self._dirty:
+        """Re-read, for the fetches waiting on them, the partitions that moved since the
+        last wake; complete those that now have enough. Sliced: a pass longer than a
+        slice goes on in a task, which also takes the partitions that move meanwhile."""
+        if self._unsettled:
+            self._dirty |= self._unsettled
+            self._unsettled = set()
+        if not self._dirty or self._closing or self._waking is not None or self._in_wake:
+            return  # a pass under way takes the new ones too
+        steps = self._wake_steps()
+        self._wake_deadline = _clock() + self._slice_s
+        self._in_wake = True  # an answer sent may lead to an append, and to wake() again
+        try:
+            done, _ = run_slice(steps, self._slice_s)
+        finally:
+            self._in_wake = False
+        if not done:
+            self._waking = self._spawn(self._wake_later(steps))
+
+    async def _wake_later(self, steps: Steps[None]) -> None:
+        try:
+            while True:
+                await asyncio.sleep(0)
+                self._wake_deadline = _clock() + self._slice_s
+                done, _ = run_slice(steps, self._slice_s)
+                if done:
+                    return
+        except Exception:  # a bug: parked fetches still complete at max_wait
+            log.exception("fetch_wake_failed")
+        finally:
+            self._waking = None
+
+    def _wake_steps(self) -> Steps[None]:
+        while self._dirty:
+            dirty, self._dirty = self._dirty, set()
+            for tp in dirty:
+                waiters = self._waiters.get(tp)
+                if not waiters:
+                    continue
+                self._note_unsettled(tp)
+                for fetch in list(waiters):
+                    if fetch.state in (_State.PARKED, _State.READING) and tp in fetch.waiting_on:
+                        self._recheck(fetch, tp)
+                        yield
+
+    def _note_unsettled(self, tp: TopicPartition) -> None:
+        try:
+            plog = self._store.log(*tp)
+        except (KeyError, StorageError):
             return
-        dirty, self._dirty = self._dirty, set()
-        candidates: set[_Parked] = set()
-        for tp in dirty:
-            candidates |= self._waiters.get(tp, set())
-        for parked in candidates:
-            if parked.done:
-                continue
-            response, ready, has_error = self._read(parked.request, parked.partitions)
-            if has_error or ready >= parked.request.min_bytes:
-                self._finish(parked, response)
+        if plog.high_watermark < plog.log_end_offset:
+            self._unsettled.add(tp)
+
+    def _recheck(self, fetch: _Fetch, tp: TopicPartition) -> None:
+        """Re-read one moved partition for ``fetch``; complete it if it now has enough."""
+        request = fetch.request
+        if request.group is not None and self._fencing:
+            check = self._coordinator.check_fetch(request.group, (tp,))
+            if check.error_code != ErrorCode.NONE or check.not_owned:
+                fetch.error = True
+        if not fetch.error:
+            offset, partition_max = fetch.waiting_on[tp]
+            budget = min(request.max_bytes, self._max_response_bytes)
+            answer, size = self._read_partition(tp, offset, min(partition_max, budget),
+                                                first_batch_always=True)
+            if answer.error_code != ErrorCode.NONE:
+                fetch.error = True
+            fetch.ready += size - fetch.have.get(tp, 0)
+            fetch.have[tp] = size
+        if fetch.state is _State.PARKED and (fetch.error or fetch.ready >= request.min_bytes):
+            self._start_completion(fetch, self._wake_deadline)
+
+    def _timed_out(self, fetch: _Fetch) -> None:
+        fetch.timer = None
+        if fetch.state is _State.PARKED:
+            self._start_completion(fetch, _clock() + self._slice_s)
+
+    def _start_completion(self, fetch: _Fetch, deadline: float) -> None:
+        """Complete ``fetch``: until ``deadline`` here, the rest in a task of ours (no hold:
+        a parked fetch's answer may overtake its connection's later requests)."""
+        fetch.state = _State.COMPLETING
+        steps = self._completion(fetch)
+        remaining = deadline - _clock()
+        if remaining > 0:
+            done, response = run_slice(steps, remaining)
+            if done:
+                self._send(fetch, response)
+                return
+        fetch.steps = steps
+        fetch.task = self._spawn(self._complete_later(fetch, steps))
+
+    async def _complete_later(self, fetch: _Fetch, steps: Steps[FetchResponse | None]) -> None:
+        try:
+            response = await finish_in_slices(steps, self._slice_s)
+        except Exception as exc:  # a bug: answer rather than leave the client waiting
+            log.exception("fetch_failed", conn=fetch.conn_id)
+            response = None
+            if fetch.state is not _State.DONE:
+                fetch.state = _State.DONE
+                self._forget(fetch)
+                response = FetchResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                                         error_message=f"{type(exc).__name__}: {exc}")
+        self._send(fetch, response)
+
+    def _completion(self, fetch: _Fetch) -> Steps[FetchResponse | None]:
+        """Stop waiting, then the full read, fenced again: the answer (None if closed)."""
+        fetch.state = _State.COMPLETING
+        if fetch.timer is not None:
+            fetch.timer.cancel()
+            fetch.timer = None
+        yield from self._unpark(fetch)
+        result = yield from self._read(fetch, register=False)
+        if result is None:
+            return None
+        self._forget(fetch)
+        return result[0]
+
+    @staticmethod
+    def _send(fetch: _Fetch, response: FetchResponse | None) -> None:
+        if response is not None:
+            fetch.reply(response)
+
+    # --- connections and shutdown --------------------------------------------------------
 
     def connection_closed(self, conn_id: int) -> None:
-        for parked in self._by_conn.pop(conn_id, set()):
-            parked.done = True
-            self._unpark(parked)
+        """Its fetches stop where they are and send nothing."""
+        for fetch in self._by_conn.pop(conn_id, set()):
+            fetch.state = _State.DONE
+            if fetch.timer is not None:
+                fetch.timer.cancel()
+                fetch.timer = None
+            if fetch.task is not None:
+                fetch.task.cancel()
+            fetch.steps = None
+            run_steps(self._unpark(fetch))
 
     def complete_all(self) -> None:
-        """Answer every parked fetch now with what is there (shutdown)."""
-        for parked in [p for ps in self._by_conn.values() for p in ps]:
-            self._complete(parked)
+        """Answer every parked fetch now with what is there (shutdown): synchronously, so
+        that no task of ours reads storage after this; later fetches are answered at once.
 
-    def _complete(self, parked: _Parked) -> None:
-        if parked.done:
-            return
-        response, _, _ = self._read(parked.request, parked.partitions)
-        self._finish(parked, response)
+        First reads still under way belong to the broker's tasks, which it awaits first.
+        """
+        self._closing = True
+        if self._waking is not None:
+            self._waking.cancel()
+        self._dirty.clear()
+        self._unsettled.clear()
+        for fetch in [f for fs in self._by_conn.values() for f in fs]:
+            if fetch.state is _State.PARKED:
+                self._send(fetch, run_steps(self._completion(fetch)))
+            elif fetch.state is _State.COMPLETING and fetch.task is not None:
+                fetch.task.cancel()
+                steps, fetch.steps = fetch.steps, None
+                assert steps is not None
+                self._send(fetch, run_steps(steps))
 
-    def _finish(self, parked: _Parked, response: FetchResponse) -> None:
-        parked.done = True
-        self._unpark(parked)
-        conns = self._by_conn.get(parked.conn_id)
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _forget(self, fetch: _Fetch) -> None:
+        """``fetch`` is answered: it is no longer its connection's."""
+        fetch.state = _State.DONE
+        fetch.steps = None
+        conns = self._by_conn.get(fetch.conn_id)
         if conns is not None:
-            conns.discard(parked)
+            conns.discard(fetch)
             if not conns:
-                del self._by_conn[parked.conn_id]
-        parked.reply(response)
+                del self._by_conn[fetch.conn_id]
 
-    def _unpark(self, parked: _Parked) -> None:
-        if parked.handle is not None:
-            parked.handle.cancel()
-        for tp in parked.waiting_on:
+    def _register(self, fetch: _Fetch, tp: TopicPartition, offset: int, max_bytes: int,
+                  ) -> None:
+        fetch.waiting_on[tp] = (offset, max_bytes)
+        self._waiters.setdefault(tp, set()).add(fetch)
+
+    def _unpark(self, fetch: _Fetch) -> Steps[None]:
+        """Take ``fetch`` off the partitions it waits on, a chunk a step."""
+        waiting_on = fetch.waiting_on
+        n = 0
+        while waiting_on:
+            tp, _ = waiting_on.popitem()
             waiters = self._waiters.get(tp)
             if waiters is not None:
-                waiters.discard(parked)
+                waiters.discard(fetch)
                 if not waiters:
                     del self._waiters[tp]
-        parked.waiting_on.clear()
+            n += 1
+            if n % _UNPARK_CHUNK == 0:
+                yield
 
-    def _read(self, request: FetchRequest, partitions: tuple[TopicPartition, ...],
-              ) -> tuple[FetchResponse, int, bool]:
+    # --- reading ------------------------------------------------------------------------
+
+    def _read(self, fetch: _Fetch, *, register: bool,
+              ) -> Steps[tuple[FetchResponse, int, bool] | None]:
+        """Read every partition ``fetch`` names, a step each: the response, its bytes and
+        whether a partition failed; None if its connection closed meanwhile.
+
+        With ``register`` each partition is waited on just before it is read, so an
+        append made while the rest is read is not missed (:meth:`_recheck`)."""
+        request = fetch.request
+        if fetch.state is _State.DONE:
+            return None
         not_owned: frozenset[TopicPartition] = frozenset()
         if request.group is not None and self._fencing:
-            check = self._coordinator.check_fetch(request.group, partitions)
+            check = self._coordinator.check_fetch(
+                request.group,
+                [(t.topic, p.partition) for t in request.topics for p in t.partitions])
             if check.error_code != ErrorCode.NONE:
                 return FetchResponse(error_code=check.error_code), 0, True
             not_owned = check.not_owned
@@ -144,6 +365,8 @@ class FetchManager:
         for topic_req in request.topics:
             answers: list[FetchPartitionData] = []
             for part in topic_req.partitions:
+                if fetch.state is _State.DONE:
+                    return None
                 tp = (topic_req.topic, part.partition)
                 if tp in not_owned:
                     answers.append(FetchPartitionData(
@@ -153,15 +376,23 @@ class FetchManager:
                     ))
                     has_error = True
                     continue
+                if register:
+                    self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(
                     tp, part.fetch_offset, min(part.partition_max_bytes, budget - total),
                     first_batch_always=total == 0,
                 )
                 if answer.error_code != ErrorCode.NONE:
                     has_error = True
+                if register:
+                    fetch.ready += size - fetch.have.get(tp, 0)
+                    fetch.have[tp] = size
                 total += size
                 answers.append(answer)
+                yield
             topics.append(FetchTopicResponse(topic=topic_req.topic, partitions=answers))
+        if fetch.state is _State.DONE:
+            return None
         return FetchResponse(responses=topics), total, has_error
 
     def _read_partition(self, tp: TopicPartition, offset: int, limit: int, *,

@@ -31,6 +31,10 @@ class Peer(Protocol):
 
     def reply(self, correlation_id: int, response: Response) -> None: ...
 
+    def answer_is_long(self, correlation_id: int) -> None:
+        """The request's work spans loop turns: encode its answer off the loop."""
+        ...
+
     def hold(self) -> Callable[[], None]:
         """Take no further request of this connection until the returned function is
         called (a request answered later must still take effect before the next)."""

@@ -211,6 +211,10 @@ class BrokerMetrics:
             "groupwire_event_loop_stall_seconds",
             "How late the event loop ran a 10 ms timer: the time it spent on something else",
             buckets=LATENCY_BUCKETS, registry=r)
+        self.longest_loop_stall = Gauge(
+            "groupwire_event_loop_longest_stall_seconds",
+            "The longest the event loop was kept from running since the broker started",
+            registry=r)
         self.expirations = Counter("groupwire_member_expirations",
                                    "Members removed without leaving, by kind", ["kind"],
                                    registry=r)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from groupwire.broker.coordinator import GroupRecord, record_from_kv
+from groupwire.broker.coordinator import GroupRecord, encode_records, record_from_kv
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
@@ -60,18 +60,26 @@ class OffsetsLog:
     def write(self, records: Sequence[GroupRecord], now_ms: int) -> list[int]:
         """Append the records (one batch per partition); returns the partitions written.
 
-        Raises StorageError when a partition cannot be written.
+        Raises StorageError when a partition cannot be written. The records of one group
+        (all of one OffsetCommit) go to one partition, so they are one append: written
+        or not as a whole.
         """
         by_partition: dict[int, list[KV]] = {}
-        for record in records:
-            key, value = record.to_kv()
-            by_partition.setdefault(self.partition_of(record.group_id), []).append(
-                (key, value, now_ms))
+        by_group: dict[str, list[KV]] = {}
+        for group_id, key, value in encode_records(records):
+            items = by_group.get(group_id)
+            if items is None:
+                items = by_group[group_id] = by_partition.setdefault(
+                    self.partition_of(group_id), [])
+            items.append((key, value, now_ms))
         for partition, items in by_partition.items():
             self._store.append_kv(OFFSETS_TOPIC, partition, items)
             live = self._live[partition]
             for key, value, ts in items:
-                self._remember(live, key, value, ts)
+                if value is None:
+                    live.pop(key, None)
+                else:
+                    live[key] = (value, ts)
             self._records[partition] += len(items)
         return list(by_partition)
 

@@ -15,7 +15,7 @@ import errno
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgpack
 from prometheus_client import start_http_server
@@ -37,11 +37,13 @@ from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.records import GroupMetadataRecord
 from groupwire.broker.durability import Durability
 from groupwire.broker.fetch import FetchManager
+from groupwire.broker.heap import HeapSettler
 from groupwire.broker.host import Peer
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
+from groupwire.broker.pacing import sliced
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
@@ -76,8 +78,11 @@ from groupwire.protocol.messages import (
     TopicProduceResponse,
     response_type_for,
 )
+from groupwire.protocol.steps import Steps
 
 log = get_logger("groupwire.broker")
+
+T = TypeVar("T")
 
 EVENTS_TOPIC = "__group_events"
 
@@ -95,13 +100,19 @@ class Broker:
 
     def __init__(self, settings: BrokerSettings, *,
                  clock: Callable[[], int] = wall_clock_ms,
-                 file_ops: FileOps | None = None) -> None:
-        """``file_ops`` replaces storage's system calls (tests inject disk failures)."""
+                 file_ops: FileOps | None = None, settle_heap: bool = False) -> None:
+        """``file_ops`` replaces storage's system calls (tests inject disk failures);
+        ``settle_heap``: the broker owns its process and freezes long-lived objects
+        (``broker.heap``)."""
+        self.heap = HeapSettler(settle_heap)
         self.settings = settings
         self._file_ops = file_ops
         self.clock = clock
         self.metrics = BrokerMetrics()
         self.loop_monitor = LoopMonitor(self.metrics.loop_stalls.observe)
+        self.metrics.longest_loop_stall.set_function(lambda: self.loop_monitor.max_stall_s)
+        self._slice_s = settings.loop_slice_ms / 1000
+        """How long one request's work runs before others get the loop (``_sliced``)."""
         self.memory = MemoryBudget(settings.queued_max_request_bytes)
         """Request bytes held across connections (docs/protocol.md §2, rule 5)."""
         self.metrics.memory_budget.set(self.memory.total)
@@ -178,9 +189,10 @@ class Broker:
         coordinator.load(records, now)
         self._fetches = FetchManager(
             store, coordinator, max_response_bytes=settings.max_frame_bytes - BATCH_OVERHEAD,
-            ownership_fencing=settings.ownership_fencing)
+            ownership_fencing=settings.ownership_fencing, slice_s=self._slice_s)
         self._topics = TopicApis(settings, store, port=lambda: self._port,
-                                 on_append=self._fetches.appended)
+                                 on_append=self._fetches.appended,
+                                 on_created=self.heap.after_growth)
         self._durability = Durability(store, settings.storage_config().fsync,
                                       settings.flush_interval_ms, self._fetches.wake)
         self._durability.start()
@@ -202,6 +214,7 @@ class Broker:
             raise StartupError(_cannot_listen("--metrics-port", settings.host,
                                               settings.metrics_port, exc)) from exc
         self._listening = True
+        self.heap.at_start()
         self._retention_task = loop.create_task(self._retention_loop())
         self.loop_monitor.start()
         log.info("open_files_limit", partitions=store.partition_total, **open_files)
@@ -424,6 +437,10 @@ class Broker:
             return
         coordinator = self.coordinator
         assert coordinator is not None
+        steps = coordinator.answer_steps(request)
+        if steps is not None:  # read-only and maybe long: DescribeGroups, ListGroups, ...
+            self._answer_sliced(conn, cid, request, steps)
+            return
         ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
         if type(request) is OffsetCommitRequest:
             undo = _CommitUndo(coordinator, request)
@@ -439,16 +456,19 @@ class Broker:
         assert durability is not None and fetches is not None
 
         def produce(conn: Peer, cid: int, request: ProduceRequest) -> None:
-            response, wrote = topics.produce(request)
-            if not wrote:
-                conn.reply(cid, response)
-                return
-            durability.after_write(
-                lambda err: conn.reply(cid, response if err is None
-                                       else _storage_failed_produce(response, err)))
+            def produced(result: tuple[ProduceResponse, bool]) -> None:
+                response, wrote = result
+                if not wrote:
+                    conn.reply(cid, response)
+                    return
+                durability.after_write(
+                    lambda err: conn.reply(cid, response if err is None
+                                           else _storage_failed_produce(response, err)))
+            self._sliced(conn, cid, request, topics.produce_steps(request), produced)
 
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
-            fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp))
+            fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp),
+                           lambda work: self._defer_long(conn, cid, request, work))
 
         def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
             if topics.creating(request.topic_names):
@@ -469,6 +489,7 @@ class Broker:
                 for p in range(count):
                     fetches.appended(name, p)
             fetches.wake()  # parked fetches on them answer UNKNOWN_TOPIC_OR_PARTITION
+            self.heap.after_shrink()
             coordinator = self.coordinator
             assert coordinator is not None
             # The topics are gone once meta.json is written; offsets whose tombstones do
@@ -490,7 +511,10 @@ class Broker:
             if topics.auto_creates(request):
                 self._defer(conn, cid, request, topics.metadata_creating(request), reply=True)
             else:
-                conn.reply(cid, topics.metadata(request))
+                self._answer_sliced(conn, cid, request, topics.metadata_steps(request))
+
+        def list_offsets(conn: Peer, cid: int, request: ListOffsetsRequest) -> None:
+            self._answer_sliced(conn, cid, request, topics.list_offsets_steps(request))
 
         return {
             ProduceRequest: produce,
@@ -498,11 +522,29 @@ class Broker:
             ApiVersionsRequest: answer(lambda _: topics.api_versions()),
             MetadataRequest: metadata,
             FindCoordinatorRequest: answer(topics.find_coordinator),
-            ListOffsetsRequest: answer(topics.list_offsets),
+            ListOffsetsRequest: list_offsets,
             CreateTopicsRequest: answer_later(topics.create_topics),
             DeleteTopicsRequest: delete_topics,
             CreatePartitionsRequest: answer_later(topics.create_partitions),
         }
+
+    def _sliced(self, conn: Peer, cid: int, request: Request, steps: Steps[T],
+                finish: Callable[[T], None]) -> None:
+        """Run a request's steps a slice at a time (``broker.pacing``); ``finish`` gets the
+        result, at once or, for long work, from a task that holds the connection."""
+        sliced(steps, self._slice_s, finish,
+               lambda work: self._defer_long(conn, cid, request, work))
+
+    def _defer_long(self, conn: Peer, cid: int, request: Request,
+                    work: Coroutine[Any, Any, None]) -> None:
+        """``_defer`` for work that spans slices: its answer is as large, so it is encoded
+        off the loop too."""
+        conn.answer_is_long(cid)
+        self._defer(conn, cid, request, work)
+
+    def _answer_sliced(self, conn: Peer, cid: int, request: Request,
+                       steps: Steps[Response]) -> None:
+        self._sliced(conn, cid, request, steps, lambda response: conn.reply(cid, response))
 
     def _defer(self, conn: Peer, cid: int, request: Request,
                work: Coroutine[Any, Any, Any], *, reply: bool = False) -> None:

@@ -24,8 +24,7 @@ from groupwire.broker.storage.topic_store import Creation
 from groupwire.protocol.batches import (
     CorruptBatchError,
     MalformedRecordError,
-    check_records,
-    validate_batch,
+    check_batch_steps,
 )
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -58,6 +57,7 @@ from groupwire.protocol.messages import (
     ProduceResponse,
     TopicProduceResponse,
 )
+from groupwire.protocol.steps import Steps, run_steps
 
 log = get_logger("groupwire.topics")
 
@@ -70,11 +70,14 @@ BATCH_OVERHEAD = 65536
 
 class TopicApis:
     def __init__(self, settings: BrokerSettings, store: TopicStore, *, port: Callable[[], int],
-                 on_append: Callable[[str, int], None]) -> None:
+                 on_append: Callable[[str, int], None],
+                 on_created: Callable[[], None] = lambda: None) -> None:
+        """``on_created`` runs on the loop once a creation's partitions exist."""
         self._settings = settings
         self._store = store
         self._port = port
         self._on_append = on_append
+        self._on_created = on_created
         self._settled: dict[str, asyncio.Event] = {}
         """Set when the creation in flight for a topic has finished (either way)."""
 
@@ -121,6 +124,8 @@ class TopicApis:
             if self._settled.get(creation.name) is event:
                 del self._settled[creation.name]
             event.set()
+        if error is None:
+            self._on_created()
         return error
 
     def api_versions(self) -> ApiVersionsResponse:
@@ -175,6 +180,12 @@ class TopicApis:
 
     def metadata(self, request: MetadataRequest,
                  failed: dict[str, StorageError] | None = None) -> MetadataResponse:
+        return run_steps(self.metadata_steps(request, failed))
+
+    def metadata_steps(self, request: MetadataRequest,
+                       failed: dict[str, StorageError] | None = None,
+                       ) -> Steps[MetadataResponse]:
+        """A step per topic: the whole cluster's metadata is one topic list."""
         store = self._store
         if request.topics is None:
             names = sorted(store.topics())
@@ -203,6 +214,7 @@ class TopicApis:
                 partitions=[MetadataPartition(partition_index=p, leader_id=NODE_ID)
                             for p in range(count)],
             ))
+            yield
         return MetadataResponse(
             brokers=[MetadataBroker(node_id=NODE_ID, host=self._settings.advertised,
                                     port=self._port())],
@@ -299,7 +311,12 @@ class TopicApis:
         return CreatePartitionsResponse(results=results)
 
     def produce(self, request: ProduceRequest) -> tuple[ProduceResponse, bool]:
-        """Append every batch; returns the response and whether anything was written."""
+        return run_steps(self.produce_steps(request))
+
+    def produce_steps(self, request: ProduceRequest,
+                      ) -> Steps[tuple[ProduceResponse, bool]]:
+        """Append every batch, a step per partition; returns the response and whether
+        anything was written. Each batch is appended whole, in one step."""
         limit = self._settings.max_frame_bytes - BATCH_OVERHEAD
         store = self._store
         wrote = False
@@ -308,31 +325,39 @@ class TopicApis:
             answers = []
             internal = store.is_internal(topic.name)
             for part in topic.partition_data:
-                answer = self._append_one(topic.name, part.index, part.records, internal, limit)
+                answer = yield from self._append_one(topic.name, part.index, part.records,
+                                                     internal, limit)
                 wrote = wrote or answer.error_code == ErrorCode.NONE
                 answers.append(answer)
+                yield
             topics.append(TopicProduceResponse(name=topic.name, partition_responses=answers))
         return ProduceResponse(responses=topics), wrote
 
     def _append_one(self, topic: str, partition: int, batch: bytes, internal: bool,
-                    limit: int) -> PartitionProduceResponse:
+                    limit: int) -> Steps[PartitionProduceResponse]:
+        """Check one batch, yielding inside a big one's check, then append it whole in
+        the last step (docs/protocol.md §5.2)."""
         def fail(code: ErrorCode, message: str) -> PartitionProduceResponse:
             return PartitionProduceResponse(index=partition, error_code=code,
                                             error_message=message)
 
+        def unknown() -> PartitionProduceResponse | None:
+            count = self._store.partition_count(topic)
+            if count is None or not 0 <= partition < count:
+                return fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"unknown topic or partition {topic}-{partition}")
+            return None
+
         if internal:
             return fail(ErrorCode.INVALID_TOPIC_EXCEPTION,
                         f"{topic} is internal: produce is refused")
-        count = self._store.partition_count(topic)
-        if count is None or not 0 <= partition < count:
-            return fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        f"unknown topic or partition {topic}-{partition}")
+        if (gone := unknown()) is not None:
+            return gone
         if len(batch) > limit:
             return fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"batch of {len(batch)} bytes is over the {limit}-byte limit")
         try:
-            header = validate_batch(batch)
-            check_records(batch, header)
+            header = yield from check_batch_steps(batch)
         except MalformedRecordError as exc:  # §5.2: nothing of the batch is stored
             return PartitionProduceResponse(
                 index=partition, error_code=ErrorCode.INVALID_RECORD, error_message=str(exc),
@@ -341,6 +366,10 @@ class TopicApis:
                     for e in exc.record_errors])
         except CorruptBatchError as exc:
             return fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        # Other requests ran between the check's steps: a DeleteTopics may have removed
+        # the topic (or a partition of it) since it was looked up.
+        if (gone := unknown()) is not None:
+            return gone
         try:
             base = self._store.log(topic, partition).append(batch, header)
         except StorageError as exc:
@@ -350,11 +379,16 @@ class TopicApis:
         return PartitionProduceResponse(index=partition, base_offset=base)
 
     def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        return run_steps(self.list_offsets_steps(request))
+
+    def list_offsets_steps(self, request: ListOffsetsRequest) -> Steps[ListOffsetsResponse]:
+        """A step per partition: a timestamp lookup reads the partition's index and log."""
         topics = []
         for topic in request.topics:
             answers = []
             for part in topic.partitions:
                 answers.append(self._list_one(topic.name, part.partition_index, part.timestamp))
+                yield
             topics.append(ListOffsetsTopicResponse(name=topic.name, partitions=answers))
         return ListOffsetsResponse(topics=topics)
 

@@ -32,7 +32,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
 async def run_broker(settings: config.BrokerSettings) -> None:
     """Serve until SIGTERM or SIGINT; a data dir or port that cannot be used is a CliError."""
-    broker = Broker(settings)
+    broker = Broker(settings, settle_heap=True)  # this process is the broker's own
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)

@@ -7,6 +7,10 @@ so the broker can check it and patch its base offset in place with ``struct`` al
 a consumer cannot read is ever stored. Stored batches are served byte for byte. Only
 clients (and the broker's own replay of internal topics) build records, with
 :func:`decode_records` or, to keep what precedes a bad record, :func:`decode_records_partial`.
+
+The broker runs both checks as :func:`check_batch_steps` (``protocol.steps``): a batch
+near the frame limit takes a third of a second to check, so the CRC, the walk and the
+rows are done in pieces of bounded cost, with a step between pieces.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
-from typing import Final, NoReturn
+from typing import Final, NoReturn, TypeVar
 
 import msgpack
 
 from groupwire.protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.steps import Steps, run_steps
 
 HEADER_SIZE: Final = 31
 """Bytes before the records array: outer and header array markers plus five fixed fields."""
@@ -37,10 +42,31 @@ _MARKERS: Final = (0x92, 0x95, 0xCF, 0xD3, 0xCE, 0xCE)
 _MAX_UINT64: Final = (1 << 64) - 1
 
 RECORD_CHUNK: Final = 4096
+MAX_RECORD_ARRAY: Final = 10_000
+"""Most items of any array or map inside one produced record (its headers, in practice):
+checking a record is then a few milliseconds at most. Over it the record does not unpack
+(INVALID_RECORD); Kafka's clients send a handful of headers."""
+_ROW_LIMITS: Final = {"max_array_len": MAX_RECORD_ARRAY, "max_map_len": MAX_RECORD_ARRAY}
 """Rows :func:`check_records` decodes at a time: bounds the objects alive for one batch."""
+
+CRC_PIECE: Final = 1 << 20
+"""Bytes :func:`check_batch_steps` runs the CRC over in one step (~0.3 ms)."""
+
+SKIP_PIECE: Final = 1 << 18
+"""Bytes of the records array fed to the framing walk in one step: skipping costs at
+most a few ns a byte (one-byte values), so a step stays well under a millisecond."""
+
+ROW_PIECE: Final = 1 << 15
+"""Bytes fed to the row unpacker in one step: building objects costs up to ~25 ns a
+byte (one-byte values), so this bounds a step to ~1 ms whatever the rows hold."""
+
+WALK_ROWS: Final = 256
+"""Rows a walk (a chunk that does not unpack, checked row by row) checks in one step."""
 
 MAX_RECORD_ERRORS: Final = 10
 """Bad rows one :class:`MalformedRecordError` names at most (the rest are not looked for)."""
+
+T = TypeVar("T")
 
 _UNPACK_ERRORS: Final = (ValueError, TypeError, msgpack.UnpackException)
 """What unpacking well-formed msgpack can still raise: bad UTF-8, a non-str map key, a
@@ -200,24 +226,7 @@ def batch_crc(buf: bytes | memoryview, start: int, end: int) -> int:
 
 def validate_batch(data: bytes) -> BatchHeader:
     """Check one produced batch as §5.2 says, without building records."""
-    size = len(data)
-    if size < MIN_BATCH_SIZE:
-        raise CorruptBatchError(f"batch of {size} bytes is shorter than {MIN_BATCH_SIZE}")
-    header = read_header(data)
-    _check_fields(header, 0)
-    if batch_crc(data, 0, size) != header.crc:
-        raise CorruptBatchError("CRC mismatch")
-    count = _records_count(data, HEADER_SIZE, 0)
-    if count != header.record_count:
-        raise CorruptBatchError(
-            f"records array holds {count} items, header says {header.record_count}")
-    unpacker = _unpacker(size)
-    unpacker.feed(memoryview(data)[HEADER_SIZE:])
-    _skip(unpacker, 0)
-    if unpacker.tell() != size - HEADER_SIZE:
-        raise CorruptBatchError(
-            f"{size - HEADER_SIZE - unpacker.tell()} trailing bytes after the records array")
-    return header
+    return run_steps(_validate_steps(data))
 
 
 def check_records(data: bytes, header: BatchHeader, *,
@@ -234,43 +243,157 @@ def check_records(data: bytes, header: BatchHeader, *,
     if collecting:   # the rows are acyclic and die at once: scanning them is wasted work
         gc.disable()
     try:
-        _check_all(data, header, limit)
+        run_steps(_check_rows_steps(data, header, limit))
     finally:
         if collecting:
             gc.enable()
 
 
-def _check_all(data: bytes, header: BatchHeader, limit: int) -> None:
+def check_batch_steps(data: bytes, *, limit: int = MAX_RECORD_ERRORS) -> Steps[BatchHeader]:
+    """:func:`validate_batch` then :func:`check_records`, as steps (``protocol.steps``).
+
+    Raises what they raise, in the same order, and returns the header. No step costs
+    more than about a millisecond, whatever the batch holds: the CRC is taken
+    :data:`CRC_PIECE` bytes at a time, the records array is walked :data:`SKIP_PIECE`
+    bytes at a time (a streaming unpacker resumes a value it has begun when fed more),
+    and rows are unpacked :data:`ROW_PIECE` bytes or :data:`RECORD_CHUNK` rows at a time.
+    A small batch takes one step (the generator never yields). The garbage collector is
+    paused within each step, as :func:`check_records` pauses it, never across a yield.
+    """
+    header = yield from _validate_steps(data)
+    yield from _gc_paused(_check_rows_steps(data, header, limit))
+    return header
+
+
+def _validate_steps(data: bytes) -> Steps[BatchHeader]:
+    size = len(data)
+    if size < MIN_BATCH_SIZE:
+        raise CorruptBatchError(f"batch of {size} bytes is shorter than {MIN_BATCH_SIZE}")
+    header = read_header(data)
+    _check_fields(header, 0)
+    view = memoryview(data)
+    crc = zlib.crc32(view[11:25])   # bytes 11-24 and 30-end, as batch_crc takes them
+    for at in range(30, size, CRC_PIECE):
+        if at > 30:
+            yield
+        crc = zlib.crc32(view[at:at + CRC_PIECE], crc)
+    if crc != header.crc:
+        raise CorruptBatchError("CRC mismatch")
+    count = _records_count(data, HEADER_SIZE, 0)
+    if count != header.record_count:
+        raise CorruptBatchError(
+            f"records array holds {count} items, header says {header.record_count}")
+    # One skip of the whole records array, as iter_batch_spans does it, fed a piece at a
+    # time: the unpacker keeps the array it has begun, so the errors are the same.
+    unpacker = _unpacker(size)
+    fed = HEADER_SIZE
+    while True:
+        end = min(fed + SKIP_PIECE, size)
+        unpacker.feed(view[fed:end])
+        fed = end
+        if _skip(unpacker, 0, more=fed < size):
+            break
+        yield
+    if unpacker.tell() != size - HEADER_SIZE:
+        raise CorruptBatchError(
+            f"{size - HEADER_SIZE - unpacker.tell()} trailing bytes after the records array")
+    return header
+
+
+def _gc_paused(steps: Steps[T]) -> Steps[T]:
+    """``steps`` with the garbage collector paused during each step (if it was on)."""
+    while True:
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            if collecting:
+                gc.enable()
+        yield
+
+
+class _Feed:
+    """A streaming unpacker of rows fed from ``view[at:]`` a piece at a time."""
+
+    __slots__ = ("unpacker", "_view", "_start", "_fed", "_piece")
+
+    def __init__(self, view: memoryview, at: int, piece: int) -> None:
+        self.unpacker = msgpack.Unpacker(raw=False, use_list=False, **_ROW_LIMITS,
+                                         max_buffer_size=max(len(view) - at, 1))
+        self._view = view
+        self._start = self._fed = at
+        self._piece = piece
+
+    def tell(self) -> int:
+        """Where the next value starts in ``view`` (between values only)."""
+        return self._start + int(self.unpacker.tell())
+
+    @property
+    def pending(self) -> bool:
+        """Whether bytes are left to feed."""
+        return self._fed < len(self._view)
+
+    def more(self) -> bool:
+        """Feed the next piece; False if everything is fed already."""
+        fed, size = self._fed, len(self._view)
+        if fed >= size:
+            return False
+        self._fed = min(fed + self._piece, size)
+        self.unpacker.feed(self._view[fed:self._fed])
+        return True
+
+
+def _check_rows_steps(data: bytes, header: BatchHeader, limit: int) -> Steps[None]:
+    """:func:`check_records`'s work, yielding between pieces (the collector is the
+    caller's business)."""
     count = header.record_count
     view = memoryview(data)
     at = HEADER_SIZE + _array_header_size(data[HEADER_SIZE])
     errors: list[RecordError] = []
-    if count <= RECORD_CHUNK:  # one chunk: unpackb is faster than iterating an Unpacker
+    if count <= RECORD_CHUNK and len(data) - HEADER_SIZE <= ROW_PIECE:
+        # one small chunk: unpackb is faster than iterating an Unpacker
         try:
-            rows = msgpack.unpackb(view[HEADER_SIZE:], raw=False, use_list=False)
+            rows = msgpack.unpackb(view[HEADER_SIZE:], raw=False, use_list=False,
+                                   **_ROW_LIMITS)
         except _UNPACK_ERRORS:
-            _walk_rows(view, at, 0, count, errors)
+            yield from _walk_rows(view, at, 0, count, errors)
         else:
             _check_chunk(rows, 0, errors)
     else:
+        # Chunks of RECORD_CHUNK rows, unpacked as their bytes are fed ROW_PIECE at a
+        # time: a step unpacks what one piece holds (RECORD_CHUNK rows at most). A chunk
+        # starts where the last one's rows ended (a row's start: where a walk can begin).
+        # Only rows of the chunk being read live across a yield (the collector is on
+        # between steps and scans what is alive).
         index = 0
-        unpacker: msgpack.Unpacker | None = None
-        fed_at = at
+        feed: _Feed | None = None
         while index < count and len(errors) < limit:
+            if index:
+                yield
             n = min(RECORD_CHUNK, count - index)
-            if unpacker is None:
-                unpacker = msgpack.Unpacker(raw=False, use_list=False,
-                                            max_buffer_size=len(data))
-                unpacker.feed(view[at:])
-                fed_at = at
-            chunk_at = fed_at + unpacker.tell()
+            if feed is None:
+                feed = _Feed(view, at, ROW_PIECE)
+            chunk_at = feed.tell()
+            chunk: list[object] = []
             try:
-                chunk = tuple(islice(unpacker, n))
+                while True:
+                    chunk.extend(islice(feed.unpacker, n - len(chunk)))
+                    if len(chunk) == n:
+                        break
+                    if not feed.more():  # the framing was checked: the rows are all there
+                        raise CorruptBatchError("truncated batch")
+                    yield
             except _UNPACK_ERRORS:  # find the row that does not unpack by its bytes
-                at = _walk_rows(view, chunk_at, index, n, errors)
-                unpacker = None
+                del chunk
+                at = yield from _walk_rows(view, chunk_at, index, n, errors)
+                feed = None
             else:
-                _check_chunk(chunk, index, errors)
+                _check_chunk(tuple(chunk), index, errors)
+                del chunk
             index += n
     if errors:
         del errors[limit:]
@@ -393,14 +516,19 @@ def _unpacker(size: int) -> msgpack.Unpacker:
     return msgpack.Unpacker(raw=False, max_buffer_size=max(size, 1))
 
 
-def _skip(unpacker: msgpack.Unpacker, pos: int) -> None:
+def _skip(unpacker: msgpack.Unpacker, pos: int, *, more: bool = False) -> bool:
+    """Skip one value; False if it is not all fed yet and ``more`` bytes are to come
+    (the unpacker resumes it when fed them)."""
     try:
         unpacker.skip()
     except msgpack.OutOfData:
+        if more:
+            return False
         raise CorruptBatchError("truncated batch", position=pos) from None
     except (ValueError, msgpack.UnpackException) as exc:
         raise CorruptBatchError(f"malformed msgpack in records: {exc!r}",
                                 position=pos) from exc
+    return True
 
 
 def _decode_rows(rows: object, header: BatchHeader, min_offset: int, pos: int,
@@ -553,23 +681,53 @@ def _rows_ok(rows: tuple[object, ...], first: int) -> bool:
 
 
 def _walk_rows(view: memoryview, at: int, first: int, n: int,
-               errors: list[RecordError]) -> int:
-    """Check ``n`` rows starting at byte ``at`` one by one; returns where they end."""
-    skipper = _unpacker(len(view) - at)
-    skipper.feed(view[at:])
+               errors: list[RecordError]) -> Steps[int]:
+    """Check ``n`` rows starting at byte ``at`` one by one; returns where they end.
+
+    A step checks up to :data:`WALK_ROWS` rows or :data:`ROW_PIECE` bytes of them; a
+    row bigger than that is skipped and unpacked a piece at a time.
+    """
+    skipper = _Feed(view, at, ROW_PIECE)
+    skipper.more()
+    rows = done = 0
     for index in range(first, first + n):
+        if rows >= WALK_ROWS or done >= ROW_PIECE:
+            rows = done = 0
+            yield
         row_start = skipper.tell()
-        skipper.skip()   # the framing was checked: each row skips
+        while not _skip(skipper.unpacker, 0, more=skipper.pending):
+            skipper.more()   # the framing was checked: each row skips once all fed
+            yield
+        row_end = skipper.tell()
+        rows += 1
+        done += row_end - row_start
         try:
-            row = msgpack.unpackb(view[at + row_start:at + skipper.tell()], raw=False,
-                                  use_list=False)
+            if row_end - row_start <= ROW_PIECE:
+                row = msgpack.unpackb(view[row_start:row_end], raw=False, use_list=False,
+                                      **_ROW_LIMITS)
+            else:
+                row = yield from _unpack_big_row(view, row_start, row_end)
+                rows = done = 0
         except _UNPACK_ERRORS as exc:
             errors.append(RecordError(index, f"does not unpack: {exc}"))
             continue
         problem = _row_problem(row, index)
         if problem is not None:
             errors.append(RecordError(index, problem))
-    return at + int(skipper.tell())
+    return skipper.tell()
+
+
+def _unpack_big_row(view: memoryview, start: int, end: int) -> Steps[object]:
+    """``unpackb(view[start:end])`` (one row), fed :data:`ROW_PIECE` bytes a step."""
+    unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=end - start,
+                                **_ROW_LIMITS)
+    for at in range(start, end, ROW_PIECE):
+        unpacker.feed(view[at:min(at + ROW_PIECE, end)])
+        try:
+            return unpacker.unpack()
+        except msgpack.OutOfData:
+            yield
+    raise CorruptBatchError("truncated batch")   # the framing was checked: never
 
 
 def _array_header_size(tag: int) -> int:

@@ -24,6 +24,7 @@ from groupwire.broker.coordinator.records import (
     MemberRecord,
     OffsetCommitRecord,
     OffsetDeleteRecord,
+    encode_records,
     record_from_kv,
 )
 from groupwire.broker.coordinator.state import GroupState
@@ -54,5 +55,6 @@ __all__ = [
     "TimerOp",
     "TimerQueue",
     "Transition",
+    "encode_records",
     "record_from_kv",
 ]

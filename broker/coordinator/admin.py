@@ -6,6 +6,7 @@ from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.events import DELETE_GROUPS
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.paced import STEP_WORK, sorted_steps
 from groupwire.broker.coordinator.state import BY_NAME_LOWER, DEAD
 from groupwire.broker.coordinator.transitions import Refuse
 from groupwire.protocol.errors import ErrorCode
@@ -21,11 +22,27 @@ from groupwire.protocol.messages import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
+from groupwire.protocol.steps import Steps, run_steps
 
 
 def handle_describe(engine: Engine, ctx: RequestContext, req: DescribeGroupsRequest) -> None:
-    groups = [describe_group(engine.groups.get(gid), gid) for gid in req.groups]
-    engine.out.reply(ctx.conn_id, ctx.correlation_id, DescribeGroupsResponse(groups=groups))
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, run_steps(describe_steps(engine, req)))
+
+
+def describe_steps(engine: Engine, req: DescribeGroupsRequest,
+                   ) -> Steps[DescribeGroupsResponse]:
+    """DescribeGroups as steps: each group is described whole, as it is when reached."""
+    groups: list[DescribedGroup] = []
+    known = engine.groups
+    work = 0
+    for gid in req.groups:
+        group = known.get(gid)
+        groups.append(describe_group(group, gid))
+        work += 1 if group is None else 1 + len(group.members)
+        if work >= STEP_WORK:
+            work = 0
+            yield
+    return DescribeGroupsResponse(groups=groups)
 
 
 def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
@@ -51,14 +68,28 @@ def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
 
 
 def handle_list(engine: Engine, ctx: RequestContext, req: ListGroupsRequest) -> None:
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, run_steps(list_steps(engine, req)))
+
+
+def list_steps(engine: Engine, req: ListGroupsRequest) -> Steps[ListGroupsResponse]:
+    """ListGroups as steps, by group id. A group deleted before it is reached is not
+    listed; one created after the request arrived is not either."""
     wanted = {BY_NAME_LOWER.get(name.lower()) for name in req.states_filter}
-    listed = [
-        ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
-                    group_state=g.state.value)
-        for g in sorted(engine.groups.values(), key=lambda g: g.group_id)
-        if not req.states_filter or g.state in wanted
-    ]
-    engine.out.reply(ctx.conn_id, ctx.correlation_id, ListGroupsResponse(groups=listed))
+    every = not req.states_filter
+    groups = engine.groups
+    ids = yield from sorted_steps(list(groups))
+    listed: list[ListedGroup] = []
+    work = 0
+    for gid in ids:
+        work += 1
+        if work >= STEP_WORK:
+            work = 0
+            yield
+        g = groups.get(gid)
+        if g is not None and (every or g.state in wanted):
+            listed.append(ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
+                                      group_state=g.state.value))
+    return ListGroupsResponse(groups=listed)
 
 
 def handle_delete(engine: Engine, ctx: RequestContext, req: DeleteGroupsRequest,

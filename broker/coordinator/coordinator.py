@@ -11,7 +11,13 @@ from types import MethodType
 from typing import Final
 
 from groupwire.broker.coordinator import expiry, loading
-from groupwire.broker.coordinator.admin import handle_delete, handle_describe, handle_list
+from groupwire.broker.coordinator.admin import (
+    describe_steps,
+    handle_delete,
+    handle_describe,
+    handle_list,
+    list_steps,
+)
 from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
@@ -21,7 +27,11 @@ from groupwire.broker.coordinator.join import handle_join
 from groupwire.broker.coordinator.leave import handle_leave
 from groupwire.broker.coordinator.member import NO_PARTITIONS
 from groupwire.broker.coordinator.offsets import CommittedOffset
-from groupwire.broker.coordinator.offsets_api import handle_offset_commit, handle_offset_fetch
+from groupwire.broker.coordinator.offsets_api import (
+    handle_offset_commit,
+    handle_offset_fetch,
+    offset_fetch_steps,
+)
 from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
 from groupwire.broker.coordinator.state import DEAD, GroupState
@@ -34,16 +44,21 @@ from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FetchGroup,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     ListGroupsRequest,
+    ListGroupsResponse,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetFetchResponse,
     Request,
+    Response,
     SyncGroupRequest,
 )
+from groupwire.protocol.steps import Steps
 
 _NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
 FETCH_OK: Final = FetchCheck(ErrorCode.NONE, _NOTHING)
@@ -107,6 +122,32 @@ class Coordinator:
             case _:
                 raise TypeError(f"not a group API request: {type(request).__name__}")
         return engine.out.build()
+
+    # --- read-only APIs as steps (protocol.steps) ----------------------------------------
+    # The answer ``handle`` gives, computed in pieces the shell runs in time slices
+    # (request- or state-sized work: 10 000 groups or offsets). They change nothing and
+    # produce no timers, records or events, only the response; the shell sends it.
+
+    def answer_steps(self, request: Request) -> Steps[Response] | None:
+        """The answer of a read-only request as steps; None: not one, ``handle`` it."""
+        kind = type(request)
+        if kind is DescribeGroupsRequest:
+            return describe_steps(self._engine, request)  # type: ignore[arg-type]
+        if kind is OffsetFetchRequest:
+            return offset_fetch_steps(self._engine, request)  # type: ignore[arg-type]
+        if kind is ListGroupsRequest:
+            return list_steps(self._engine, request)  # type: ignore[arg-type]
+        return None
+
+    def describe_groups_steps(self, request: DescribeGroupsRequest,
+                              ) -> Steps[DescribeGroupsResponse]:
+        return describe_steps(self._engine, request)
+
+    def list_groups_steps(self, request: ListGroupsRequest) -> Steps[ListGroupsResponse]:
+        return list_steps(self._engine, request)
+
+    def offset_fetch_steps(self, request: OffsetFetchRequest) -> Steps[OffsetFetchResponse]:
+        return offset_fetch_steps(self._engine, request)
 
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """A timer the coordinator asked for is due."""
@@ -173,7 +214,8 @@ class Coordinator:
                          ) -> dict[tuple[str, int], CommittedOffset | None]:
         """The committed entries of these partitions now (None: none), for ``revert``."""
         current = self._engine.offsets.of(group_id)
-        return {tp: current.get(tp) for tp in partitions}
+        wanted = partitions if isinstance(partitions, list) else list(partitions)
+        return dict(zip(wanted, map(current.get, wanted), strict=True))  # C loops, not Python
 
     def revert_offsets(self, group_id: str,
                        before: dict[tuple[str, int], CommittedOffset | None],

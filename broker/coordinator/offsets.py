@@ -29,6 +29,11 @@ class OffsetStore:
     def commit(self, group_id: str, tp: TP, value: CommittedOffset) -> None:
         self._by_group.setdefault(group_id, {})[tp] = value
 
+    def for_commit(self, group_id: str) -> dict[TP, CommittedOffset]:
+        """The group's offsets to commit into (created if it has none): a commit of many
+        partitions stores each with one dict assignment, not a call."""
+        return self._by_group.setdefault(group_id, {})
+
     def delete(self, group_id: str, tp: TP) -> None:
         offsets = self._by_group.get(group_id)
         if offsets is not None:

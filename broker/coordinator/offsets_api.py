@@ -3,6 +3,8 @@ OffsetFetch."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
 from groupwire.broker.coordinator.group import Group
@@ -10,6 +12,7 @@ from groupwire.broker.coordinator.history import group_partitions
 from groupwire.broker.coordinator.member import TP, Member
 from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.paced import STEP_WORK, sorted_steps
 from groupwire.broker.coordinator.records import OffsetCommitRecord
 from groupwire.broker.coordinator.transitions import Commit, Refuse
 from groupwire.protocol.errors import ErrorCode
@@ -23,6 +26,12 @@ from groupwire.protocol.messages import (
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
+from groupwire.protocol.steps import Steps, run_steps
+
+NONE: Final = ErrorCode.NONE
+UNKNOWN_TOPIC_OR_PARTITION: Final = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+OFFSET_METADATA_TOO_LARGE: Final = ErrorCode.OFFSET_METADATA_TOO_LARGE
+PARTITION_NOT_OWNED: Final = ErrorCode.PARTITION_NOT_OWNED
 
 
 def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
@@ -41,34 +50,44 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
         engine.arm_session(member, member.session_timeout_ms, now_ms)
     fenced_member = (member if member is not None and engine.config.ownership_fencing
                      and group.is_consumer and member.owned is not None else None)
+    group_id = group.group_id
+    committed = engine.offsets.of(group_id)  # {} if none yet: a new dict comes on first use
     max_metadata = engine.config.offset_metadata_max_bytes
+    # metadata of at most this many characters fits whatever they are (4 bytes each)
+    short_metadata = max_metadata // 4
+    records = engine.out.records
     refused_all: list[TP] = []
     topics: list[OffsetCommitResponseTopic] = []
     for topic in req.topics:
-        count = engine.partition_count(topic.name)
+        name = topic.name
+        count = engine.partition_count(name)
+        if count is None:
+            count = 0
         refused: frozenset[TP] = frozenset()
         if fenced_member is not None:
-            refused = not_owned(fenced_member, ((topic.name, p.partition_index)
+            refused = not_owned(fenced_member, ((name, p.partition_index)
                                                 for p in topic.partitions), releasing=True)
         answers: list[OffsetCommitResponsePartition] = []
         for p in topic.partitions:
             index = p.partition_index
             metadata = p.committed_metadata or ""
-            if count is None or not 0 <= index < count:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > max_metadata:
-                error = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            elif (topic.name, index) in refused:
-                error = ErrorCode.PARTITION_NOT_OWNED
-                refused_all.append((topic.name, index))
+            if not 0 <= index < count:
+                error = UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata) > short_metadata and len(metadata.encode()) > max_metadata:
+                error = OFFSET_METADATA_TOO_LARGE
+            elif refused and (name, index) in refused:
+                error = PARTITION_NOT_OWNED
+                refused_all.append((name, index))
             else:
-                error = ErrorCode.NONE
-                engine.offsets.commit(group.group_id, (topic.name, index),
-                                      CommittedOffset(p.committed_offset, metadata, now_ms))
-                engine.out.records.append(OffsetCommitRecord(
-                    group.group_id, topic.name, index, p.committed_offset, metadata, now_ms))
+                error = NONE
+                if not committed:
+                    committed = engine.offsets.for_commit(group_id)
+                offset = p.committed_offset
+                committed[(name, index)] = CommittedOffset(offset, metadata, now_ms)
+                records.append(OffsetCommitRecord(group_id, name, index, offset, metadata,
+                                                  now_ms))
             answers.append(OffsetCommitResponsePartition(partition_index=index, error_code=error))
-        topics.append(OffsetCommitResponseTopic(name=topic.name, partitions=answers))
+        topics.append(OffsetCommitResponseTopic(name=name, partitions=answers))
     if refused_all and member is not None:
         engine.emit("commit_fenced", group, now_ms, member=member,
                     partitions=group_partitions(refused_all))
@@ -106,25 +125,50 @@ def _validate(engine: Engine, req: OffsetCommitRequest,
 
 
 def handle_offset_fetch(engine: Engine, ctx: RequestContext, req: OffsetFetchRequest) -> None:
-    """Always allowed; unknown groups and partitions read as offset -1, metadata ""."""
-    offsets = engine.offsets.of(req.group_id)
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, run_steps(offset_fetch_steps(engine, req)))
+
+
+def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetFetchResponse]:
+    """OffsetFetch as steps. Always allowed; unknown groups and partitions read as offset
+    -1, metadata "". Each partition reads its offset as committed when it is reached
+    (a commit in between shows for the partitions read after it)."""
+    group_id = req.group_id
+    offsets = engine.offsets
     topics: list[OffsetFetchResponseTopic] = []
+    work = 0
     if req.topics is None:
         by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
-        for (topic, partition), committed in sorted(offsets.items()):
+        committed = yield from sorted_steps(list(offsets.of(group_id)))
+        current = offsets.of(group_id)
+        for tp in committed:
+            work += 1
+            if work >= STEP_WORK:
+                work = 0
+                yield
+                current = offsets.of(group_id)
+            found = current.get(tp)
+            if found is None:
+                continue  # deleted meanwhile: as if fetched after it
+            topic, partition = tp
             by_topic.setdefault(topic, []).append(OffsetFetchResponsePartition(
-                partition_index=partition, committed_offset=committed.offset,
-                metadata=committed.metadata))
+                partition_index=partition, committed_offset=found.offset,
+                metadata=found.metadata))
         topics = [OffsetFetchResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
     else:
         for t in req.topics:
             answers: list[OffsetFetchResponsePartition] = []
+            current = offsets.of(group_id)
             for partition in t.partition_indexes:
-                found = offsets.get((t.name, partition))
+                work += 1
+                if work >= STEP_WORK:
+                    work = 0
+                    yield
+                    current = offsets.of(group_id)
+                found = current.get((t.name, partition))
                 answers.append(OffsetFetchResponsePartition(partition_index=partition)
                                if found is None else
                                OffsetFetchResponsePartition(
                                    partition_index=partition, committed_offset=found.offset,
                                    metadata=found.metadata))
             topics.append(OffsetFetchResponseTopic(name=t.name, partitions=answers))
-    engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetFetchResponse(topics=topics))
+    return OffsetFetchResponse(topics=topics)

@@ -7,6 +7,7 @@ them in ``__consumer_offsets`` and replays them through ``Coordinator.load`` at 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -119,6 +120,46 @@ class GroupDeleteRecord:
 
 
 GroupRecord = OffsetCommitRecord | OffsetDeleteRecord | GroupMetadataRecord | GroupDeleteRecord
+
+# An offset record's key is the array [_OFFSET, group, topic, partition] and its value the
+# map {"v", "offset", "metadata", "commit_ms"} in that order: msgpack writes an array or
+# map as a header byte (fixarray 0x90 | n, fixmap 0x80 | n) followed by its items, each
+# encoded as it would be alone. So the parts shared by a batch are packed once.
+_KEY_HEAD: Final = b"\x94" + _pack(_OFFSET)
+_VALUE_HEAD: Final = b"\x84" + _pack("v") + _pack(_VERSION) + _pack("offset")
+_METADATA: Final = _pack("metadata")
+_COMMIT_MS: Final = _pack("commit_ms")
+
+
+def encode_records(records: Iterable[GroupRecord],
+                   ) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """``(group_id, key, value)`` of each record: ``to_kv``'s bytes exactly, made cheaply.
+
+    One OffsetCommit of 10 000 partitions writes 10 000 records; ``to_kv`` builds a new
+    Packer twice for each. Here one Packer serves the whole batch, and an offset record
+    is assembled from parts its neighbours share: the key up to the partition (one per
+    group and topic) and the value after the offset (one per metadata and commit time).
+    """
+    pack = msgpack.Packer(use_bin_type=True).pack
+    key_heads: dict[tuple[str, str], bytes] = {}
+    value_tails: dict[tuple[str, int], bytes] = {}
+    for record in records:
+        if type(record) is OffsetCommitRecord:
+            group_id = record.group_id
+            where = (group_id, record.topic)
+            head = key_heads.get(where)
+            if head is None:
+                head = key_heads[where] = _KEY_HEAD + pack(group_id) + pack(record.topic)
+            meta = (record.metadata, record.commit_ms)
+            tail = value_tails.get(meta)
+            if tail is None:
+                tail = value_tails[meta] = (_METADATA + pack(record.metadata)
+                                            + _COMMIT_MS + pack(record.commit_ms))
+            yield (group_id, head + pack(record.partition),
+                   _VALUE_HEAD + pack(record.offset) + tail)
+        else:
+            key, value = record.to_kv()
+            yield record.group_id, key, value
 
 
 def record_from_kv(key: bytes, value: bytes | None) -> GroupRecord:

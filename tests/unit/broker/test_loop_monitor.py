@@ -51,5 +51,8 @@ async def test_the_broker_exports_its_stalls(tmp_path: Path) -> None:
         count = next(line for line in text.splitlines()
                      if line.startswith("groupwire_event_loop_stall_seconds_count"))
         assert float(count.split()[1]) >= 1
+        longest = next(line for line in text.splitlines()
+                       if line.startswith("groupwire_event_loop_longest_stall_seconds "))
+        assert float(longest.split()[1]) >= 0.03
     finally:
         await broker.close()
