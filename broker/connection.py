@@ -71,6 +71,9 @@ class ClientConnection(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
         self._paused = False
+        self._write_paused = False
+        """The transport's send buffer is over its high-water mark: the client is not
+        reading its answers, so no further request of it is read or taken."""
         self._holds = 0
         """Requests answered later that the next ones wait for (``hold``)."""
         self._memory_wait = False
@@ -119,6 +122,21 @@ class ClientConnection(asyncio.Protocol):
         if self._decoder.buffered or self._claimed:
             self._account_memory()
 
+    def pause_writing(self) -> None:
+        """Answers pile up unsent: read no more requests until they drain (as Kafka mutes
+        a channel), so what a client that never reads can make the broker hold is its
+        answers already in flight, not one per request it sends."""
+        self._write_paused = True
+        self.broker.metrics.write_paused.inc()
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._backlog and not self._closed:
+            self._drain_backlog()
+        else:
+            self._update_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         if self._idle_handle is not None:
@@ -146,7 +164,8 @@ class ClientConnection(asyncio.Protocol):
         run, run_started = 0, clock()
         turn_ends = run_started + broker.settings.loop_slice_ms / 1000
         try:
-            while backlog and len(in_flight) < limit and not self._holds:
+            while (backlog and len(in_flight) < limit and not self._holds
+                   and not self._write_paused):
                 payload = backlog.popleft()
                 heartbeat = decode_heartbeat(payload)
                 full_path = True
@@ -201,7 +220,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _update_reading(self) -> None:
         """Read while nothing waits for the in-flight bound or for request memory."""
-        should_pause = bool(self._backlog) or self._memory_wait
+        should_pause = bool(self._backlog) or self._memory_wait or self._write_paused
         if should_pause != self._paused and self._transport is not None and not self._closed:
             self._paused = should_pause
             if should_pause:

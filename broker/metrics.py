@@ -237,6 +237,9 @@ class BrokerMetrics:
         self.memory_paused = Counter("groupwire_request_memory_paused",
                                      "Times a connection stopped being read for want of "
                                      "memory", registry=r)
+        self.write_paused = Counter("groupwire_connection_write_paused",
+                                    "Times a connection stopped being read because its "
+                                    "client was not reading its answers", registry=r)
 
     def answered(self, api_key: int, error_code: int, seconds: float) -> None:
         self.requests.answered(api_key, error_code, seconds)
