@@ -18,6 +18,7 @@ from typing import Any
 from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.storage import FsyncPolicy, StorageConfig
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from groupwire.protocol.limits import MAX_ARRAY_ITEMS
 
 ENV_PREFIX = "GROUPWIRE_"
 MIN_FRAME_BYTES = 128 * 1024
@@ -50,7 +51,7 @@ class BrokerSettings:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
-    group_max_size: int = 2**31 - 1
+    group_max_size: int = MAX_ARRAY_ITEMS
     offsets_retention_minutes: int = 10080
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
@@ -113,6 +114,10 @@ def _at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= lo else f"must be >= {lo}"
 
 
+def _between(lo: int, hi: int) -> Callable[[Any], str | None]:
+    return lambda v: None if lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
 def _open_files(v: int) -> str | None:
     return None if v == 0 or v >= 16 else "must be 0 (derived from the limit) or >= 16"
 
@@ -162,7 +167,10 @@ OPTIONS: tuple[Option, ...] = (
            _at_least(1)),
     Option("group_max_session_timeout_ms", "largest session timeout a member may ask for",
            _at_least(1)),
-    Option("group_max_size", "most members one group may have", _at_least(1)),
+    Option("group_max_size",
+           f"most members one group may have (at most {MAX_ARRAY_ITEMS}: a SyncGroup "
+           "carries an assignment per member, and a request array holds at most that many)",
+           _between(1, MAX_ARRAY_ITEMS)),
     Option("offsets_retention_minutes",
            "drop committed offsets of a group empty for this long", _at_least(1)),
     Option("offsets_retention_check_interval_ms", "how often offset retention runs",

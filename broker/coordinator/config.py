@@ -12,7 +12,9 @@ class CoordinatorConfig:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
-    group_max_size: int = 2**31 - 1
+    group_max_size: int = 10_000
+    """At most a request array's length (``protocol.limits.MAX_ARRAY_ITEMS``): SyncGroup
+    carries one assignment per member."""
     new_member_join_timeout_ms: int = 300000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600000

@@ -182,3 +182,11 @@ async def test_piped_output_is_plain_lines_that_never_wrap(  # type: ignore[no-u
                                        "v", "--partition", "1", "--bootstrap",
                                        f"127.0.0.1:{broker.port}", env=env)
     assert f"produced 1 record(s) to {long_name}" in produced.stdout.splitlines()
+
+
+def test_group_max_size_is_bounded_by_what_a_sync_group_can_carry() -> None:
+    from groupwire.protocol.limits import MAX_ARRAY_ITEMS
+
+    assert parse_settings([], environ={}).group_max_size == MAX_ARRAY_ITEMS
+    with pytest.raises(SettingsError, match="--group-max-size"):
+        parse_settings(["--group-max-size", str(MAX_ARRAY_ITEMS + 1)], environ={})
