@@ -60,6 +60,9 @@ from groupwire.protocol.messages import (
     ApiVersionsResponse,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -85,6 +88,8 @@ log = get_logger("groupwire.broker")
 T = TypeVar("T")
 
 EVENTS_TOPIC = "__group_events"
+DELETE_CHUNK = 16
+"""Groups one step of a large DeleteGroups deletes (~1 ms: tombstones and events)."""
 
 
 class StartupError(Exception):
@@ -442,6 +447,10 @@ class Broker:
             self._answer_sliced(conn, cid, request, steps)
             return
         ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
+        if type(request) is DeleteGroupsRequest and len(request.groups_names) > DELETE_CHUNK:
+            self._sliced(conn, cid, request, self._delete_groups_steps(ctx, request),
+                         lambda response: self._answer_when_durable(conn, cid, response))
+            return
         if type(request) is OffsetCommitRequest:
             undo = _CommitUndo(coordinator, request)
             result = coordinator.handle(ctx, request, self.clock())
@@ -449,6 +458,29 @@ class Broker:
             self.execute(result, on_failure=undo)
             return
         self.execute(coordinator.handle(ctx, request, self.clock()))
+
+    def _delete_groups_steps(self, ctx: RequestContext, request: DeleteGroupsRequest,
+                             ) -> Steps[DeleteGroupsResponse]:
+        """DeleteGroups of many groups, ``DELETE_CHUNK`` at a time: each group is deleted
+        on its own, as Kafka's coordinator does (its answer is per group), so a request
+        of 10 000 need not hold the loop for the whole of it (~0.3 s, mostly events)."""
+        coordinator = self.coordinator
+        assert coordinator is not None
+        names = request.groups_names
+        results: list[DeletableGroupResult] = []
+        for at in range(0, len(names), DELETE_CHUNK):
+            part = DeleteGroupsRequest(groups_names=names[at:at + DELETE_CHUNK])
+            result = coordinator.handle(ctx, part, self.clock())
+            for reply in result.replies:
+                results.extend(reply.response.results)  # type: ignore[attr-defined]
+            self.execute(dataclasses.replace(result, replies=()))
+            yield
+        return DeleteGroupsResponse(results=results)
+
+    def _answer_when_durable(self, conn: Peer, cid: int, response: Response) -> None:
+        """Answer once what was written so far is durable (as ``execute`` would)."""
+        assert self._durability is not None
+        self._durability.after_write(lambda _err: conn.reply(cid, response))
 
     def _topic_handlers(self, topics: TopicApis) -> dict[type, Callable[..., None]]:
         """Non-group APIs by request type; everything else goes to the coordinator."""

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import groupwire.broker.connection as connection_module
+from groupwire.broker.server import DELETE_CHUNK
 from groupwire.broker.topic_apis import TopicApis
 from groupwire.client.connection import Connection
 from groupwire.protocol.codec import encode_request
@@ -25,10 +26,18 @@ from groupwire.protocol.messages import (
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopic,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
 )
 
 from .conftest import StartBroker
@@ -178,3 +187,34 @@ async def test_a_pipelined_backlog_is_read_a_slice_at_a_time(
                 await reader.read(65536)
     finally:
         writer.close()
+
+
+async def test_a_large_delete_groups_runs_a_chunk_of_groups_at_a_time(
+        start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    groups = [f"g{i:03}" for i in range(2 * DELETE_CHUNK + 2)]
+    broker = await start_broker(loop_slice_ms=0)
+    conn = await _open(broker, "admin")
+    await _topic(conn, "t", 1)
+    for group in groups:  # an offset commit outside any generation makes an Empty group
+        committed = await conn.send(OffsetCommitRequest(group_id=group, topics=[
+            OffsetCommitRequestTopic(name="t", partitions=[
+                OffsetCommitRequestPartition(partition_index=0, committed_offset=0)])]),
+            response_type=OffsetCommitResponse)
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+    coordinator = broker.coordinator
+    assert coordinator is not None
+    real, chunks = coordinator.handle, []
+
+    def counted(ctx: Any, request: Any, now_ms: int) -> Any:
+        if isinstance(request, DeleteGroupsRequest):
+            chunks.append(len(request.groups_names))
+        return real(ctx, request, now_ms)
+
+    monkeypatch.setattr(coordinator, "handle", counted)
+    deleted = await conn.send(DeleteGroupsRequest(groups_names=[*groups, "missing"]),
+                              response_type=DeleteGroupsResponse)
+    assert chunks == [DELETE_CHUNK, DELETE_CHUNK, 3]
+    assert [(r.group_id, r.error_code) for r in deleted.results] == [
+        *((g, ErrorCode.NONE) for g in groups), ("missing", ErrorCode.GROUP_ID_NOT_FOUND)]
+    listed = await conn.send(ListGroupsRequest(), response_type=ListGroupsResponse)
+    assert not {g.group_id for g in listed.groups} & set(groups)
