@@ -196,8 +196,8 @@ OPTIONS: tuple[Option, ...] = (
            "connection needing more stops being read, the newest are closed (at least "
            "--max-frame-bytes)", _at_least(MIN_FRAME_BYTES)),
     Option("loop_slice_ms",
-           "longest one request's work runs before other connections get a turn of the "
-           "event loop; 0 yields after every step", _at_least(0)),
+           "how long one request's work may run before other connections get a turn of "
+           "the event loop, in ms; 0 yields after every step", _at_least(0)),
     Option("log_format", "log output: json, console, or auto (console on a terminal)",
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",
