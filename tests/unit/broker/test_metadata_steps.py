@@ -11,8 +11,8 @@ import pytest
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.topic_apis import METADATA_STEP, TopicApis
-from groupwire.protocol.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
-from groupwire.protocol.steps import Steps
+from groupwire.protocol.messages import MetadataRequest, MetadataRequestTopic
+from tests.steps import steps_taken
 
 
 @pytest.fixture
@@ -20,16 +20,6 @@ def store(tmp_path: Path) -> Iterator[TopicStore]:
     s = TopicStore(tmp_path / "data", StorageConfig(offsets_partitions=1))
     yield s
     s.close(sync=False)
-
-
-def _count_steps(steps: Steps[MetadataResponse]) -> tuple[int, MetadataResponse]:
-    n = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return n, done.value
-        n += 1
 
 
 def test_a_large_topic_is_described_over_several_steps(store: TopicStore,
@@ -41,7 +31,7 @@ def test_a_large_topic_is_described_over_several_steps(store: TopicStore,
     request = MetadataRequest(topics=[MetadataRequestTopic(name="big"),
                                       MetadataRequestTopic(name="small")],
                               allow_auto_topic_creation=False)
-    steps, response = _count_steps(apis.metadata_steps(request))
+    steps, response = steps_taken(apis.metadata_steps(request))
     assert steps == 3 + 1
     big, small = response.topics
     assert [p.partition_index for p in big.partitions] == list(range(2 * METADATA_STEP + 1))

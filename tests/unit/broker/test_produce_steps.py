@@ -17,10 +17,9 @@ from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     PartitionProduceData,
     ProduceRequest,
-    ProduceResponse,
     TopicProduceData,
 )
-from groupwire.protocol.steps import Steps
+from groupwire.protocol.steps import run_steps
 
 ROWS = 3 * RECORD_CHUNK
 """Enough tiny records for the check to take several steps."""
@@ -54,14 +53,6 @@ def produce(*parts: tuple[int, bytes]) -> ProduceRequest:
         name="t", partition_data=[PartitionProduceData(index=p, records=r) for p, r in parts])])
 
 
-def finish(steps: Steps[tuple[ProduceResponse, bool]]) -> tuple[ProduceResponse, bool]:
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-
 def test_a_big_batch_is_checked_over_several_steps_then_appended_whole(
         apis: TopicApis, store: TopicStore, appended: list[tuple[str, int]]) -> None:
     steps = apis.produce_steps(produce((0, big_batch())))
@@ -69,7 +60,7 @@ def test_a_big_batch_is_checked_over_several_steps_then_appended_whole(
     assert store.log("t", 0).high_watermark == 0 and appended == []
     next(steps)   # more than one step inside the one partition's check
     assert store.log("t", 0).high_watermark == 0
-    response, wrote = finish(steps)
+    response, wrote = run_steps(steps)
     answer = response.responses[0].partition_responses[0]
     assert (answer.error_code, answer.base_offset, wrote) == (ErrorCode.NONE, 0, True)
     assert store.log("t", 0).high_watermark == ROWS and appended == [("t", 0)]
@@ -80,7 +71,7 @@ def test_a_topic_deleted_during_the_check_is_not_appended_to(
     steps = apis.produce_steps(produce((0, big_batch()), (1, big_batch())))
     next(steps)
     store.delete_topic("t")   # a DeleteTopics from another connection, between slices
-    response, wrote = finish(steps)
+    response, wrote = run_steps(steps)
     answers = response.responses[0].partition_responses
     assert [(a.index, a.error_code, a.error_message) for a in answers] == [
         (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic or partition t-{p}")

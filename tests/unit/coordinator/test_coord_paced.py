@@ -41,6 +41,7 @@ from groupwire.protocol.messages import (
     Response,
 )
 from groupwire.protocol.steps import Steps, run_steps
+from tests.steps import steps_taken
 
 from .coord_sim import Member, Sim, assignment, form_group
 
@@ -157,16 +158,6 @@ def _steps(sim: Sim, req: Request) -> Steps[Response]:
     return steps
 
 
-def _count_yields(steps: Steps[Response]) -> tuple[int, Response]:
-    n = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return n, done.value
-        n += 1
-
-
 def _commit(sim: Sim, group: str, offsets: dict[tuple[str, int], int],
             metadata: str | None = None) -> None:
     by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
@@ -248,12 +239,12 @@ def test_large_requests_yield_between_pieces() -> None:
                 OffsetFetchRequest(group_id="many"),
                 OffsetFetchRequest(group_id="many", topics=[OffsetFetchRequestTopic(
                     name="big", partition_indexes=list(range(3000)))])):
-        yields, answer = _count_yields(_steps(sim, req))
+        yields, answer = steps_taken(_steps(sim, req))
         assert yields > 5, req
         assert answer == _old(sim, req)
     for i in range(SORT_RUN + 1000):
         _commit(sim, f"s{i:05d}", {("v", 0): i})
-    yields, answer = _count_yields(_steps(sim, ListGroupsRequest()))
+    yields, answer = steps_taken(_steps(sim, ListGroupsRequest()))
     assert yields > 5
     assert answer == _old(sim, ListGroupsRequest())
 

@@ -28,7 +28,7 @@ from groupwire.protocol.batches import (
     validate_batch,
 )
 from groupwire.protocol.errors import ErrorCode
-from groupwire.protocol.steps import Steps
+from tests.steps import steps_taken
 from tests.unit.protocol.test_batch_validation import (
     BAD_ROWS,
     BAD_UTF8_STR,
@@ -43,17 +43,6 @@ N = 3 * RECORD_CHUNK + 17
 
 def big_rows(n: int = N, value: bytes = b"v" * 40) -> list[bytes]:
     return [good_row(i, value) for i in range(n)]
-
-
-def steps_taken(steps: Steps[BatchHeader]) -> tuple[int, BatchHeader]:
-    """Run ``steps`` to the end: how many times they yielded, and what they returned."""
-    yields = 0
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return yields, done.value
-        yields += 1
 
 
 def outcome(run: object) -> tuple[object, ...]:
