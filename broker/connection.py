@@ -319,15 +319,16 @@ class ClientConnection(asyncio.Protocol):
             started = self._in_flight.pop(correlation_id, None)
             if future.cancelled() or self._closed or self._transport is None:
                 return
+            code = response.error_code
             try:
                 data = future.result()
             except Exception as exc:  # as Broker.dispatch answers an unexpected failure
                 log.error("response_encode_failed", conn=self.conn_id,
                           api=type(response).__name__, error=f"{type(exc).__name__}: {exc}")
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
                 data = frame(encode_response(correlation_id, type(response)(
-                    error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
-                    error_message=f"{type(exc).__name__}: {exc}")))
-            self._send(data, started, response.error_code)
+                    error_code=code, error_message=f"{type(exc).__name__}: {exc}")))
+            self._send(data, started, code)
 
         loop = asyncio.get_running_loop()
         loop.run_in_executor(None, _encode, correlation_id, response).add_done_callback(encoded)
