@@ -29,7 +29,7 @@ from groupwire.protocol.codec import (
     pack_body,
 )
 from groupwire.protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
-from groupwire.protocol.framing import FrameDecoder, frame
+from groupwire.protocol.framing import FrameDecoder, Payload, frame
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import (
     RESPONSE_TYPES,
@@ -49,7 +49,7 @@ _HEARTBEAT: Final = ApiKey.HEARTBEAT
 _NONE: Final = int(ErrorCode.NONE)
 
 
-def _decode(payload: bytes) -> RequestFrame | ProtocolError:
+def _decode(payload: Payload) -> RequestFrame | ProtocolError:
     """``decode_request`` for a worker thread: the refusal is returned, not raised."""
     try:
         return decode_request(payload)
@@ -68,7 +68,7 @@ class ClientConnection(asyncio.Protocol):
         self.client_host = ""
         self._decoder = FrameDecoder(broker.settings.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
-        self._backlog: deque[bytes] = deque()
+        self._backlog: deque[Payload] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
         self._paused = False
         self._write_paused = False
@@ -235,7 +235,7 @@ class ClientConnection(asyncio.Protocol):
             error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
             error_message=f"{type(exc).__name__}: {exc}"))
 
-    def _handle_frame(self, payload: bytes) -> None:
+    def _handle_frame(self, payload: Payload) -> None:
         if len(payload) > SCAN_ABOVE_BYTES:
             self._decode_off_loop(payload)
             return
@@ -258,7 +258,7 @@ class ClientConnection(asyncio.Protocol):
         self._in_flight[exc.correlation_id] = (key, time.perf_counter())
         self.reply(exc.correlation_id, body)
 
-    def _decode_off_loop(self, payload: bytes) -> None:
+    def _decode_off_loop(self, payload: Payload) -> None:
         """Decode a large frame on a worker thread, taking no later request meanwhile.
 
         Its cost follows its item count: a 10 000-partition request takes ~20-30 ms to

@@ -15,7 +15,7 @@ from groupwire.client.errors import ConnectionClosedError
 from groupwire.client.supervisor import cancel_and_wait
 from groupwire.protocol.codec import decode_response_body, decode_response_envelope, encode_request
 from groupwire.protocol.errors import BodyError, ProtocolError, RemoteProtocolError
-from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, Payload, frame
 from groupwire.protocol.messages import Request, Response, response_type_for
 
 R = TypeVar("R", bound=Response)
@@ -132,7 +132,7 @@ class Connection:
         except (ConnectionError, OSError, ProtocolError) as exc:
             self._fail(exc)
 
-    def _deliver(self, payload: bytes) -> None:
+    def _deliver(self, payload: Payload) -> None:
         cid, body = decode_response_envelope(payload)
         entry = self._pending.get(cid)
         if entry is None:

@@ -36,6 +36,7 @@ from groupwire.protocol.errors import (
     MalformedRequestError,
     UnsupportedRequestError,
 )
+from groupwire.protocol.framing import Payload
 from groupwire.protocol.limits import (
     MAX_STRING_BYTES,
     SCAN_ABOVE_BYTES,
@@ -81,7 +82,7 @@ class RequestFrame:
     request: Request
 
 
-def _unpack(payload: bytes) -> Any:
+def _unpack(payload: Payload) -> Any:
     """Exactly one msgpack value, or EnvelopeError (bad bytes, bad UTF-8, trailing bytes).
 
     Non-str map keys and ext values are let through: docs/protocol.md §2 closes a connection
@@ -138,7 +139,7 @@ def encode_request(
     return _pack([int(request.API_KEY), api_version, correlation_id, client_id, body])
 
 
-def decode_request(payload: bytes) -> RequestFrame:
+def decode_request(payload: Payload) -> RequestFrame:
     """Decode one request payload (docs/protocol.md §2).
 
     EnvelopeError: close the connection. UnsupportedRequestError / MalformedRequestError:
@@ -190,7 +191,7 @@ def decode_request(payload: bytes) -> RequestFrame:
 _build_request_frame: Final = builder(RequestFrame)
 
 
-def _over_limits(payload: bytes) -> RequestFrame | None:
+def _over_limits(payload: Payload) -> RequestFrame | None:
     """Check a request's client id and body against protocol.limits without decoding it.
 
     None when within them, or when the envelope is not readable (the caller's msgpack
@@ -289,7 +290,7 @@ def frame_response_packed(correlation_id: int, body: bytes) -> bytes:
     return _FRAMED_LENGTH.pack(len(payload)) + payload
 
 
-def decode_response_envelope(payload: bytes) -> tuple[int, Any]:
+def decode_response_envelope(payload: Payload) -> tuple[int, Any]:
     """``(correlation_id, raw body)``: decode the body once its type is known."""
     obj = _unpack(payload)
     if type(obj) is not list or len(obj) != 2:
@@ -313,12 +314,12 @@ def decode_response_body(body: Any, response_type: type[R], correlation_id: int 
         ) from None
 
 
-def decode_response(payload: bytes, response_type: type[R]) -> tuple[int, R]:
+def decode_response(payload: Payload, response_type: type[R]) -> tuple[int, R]:
     """``(correlation_id, response)``; EnvelopeError or BodyError when malformed."""
     cid, body = decode_response_envelope(payload)
     return cid, decode_response_body(body, response_type, cid)
 
 
-def peek_response_correlation_id(payload: bytes) -> int:
+def peek_response_correlation_id(payload: Payload) -> int:
     """Only the correlation id of a response payload (EnvelopeError when malformed)."""
     return decode_response_envelope(payload)[0]

@@ -18,6 +18,7 @@ from typing import Final, cast
 import msgpack
 
 from groupwire.protocol.codegen import Generator
+from groupwire.protocol.framing import Payload
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import ApiKey, HeartbeatRequest
 from groupwire.protocol.types import INT32_RANGE
@@ -38,6 +39,8 @@ _LO, _HI = INT32_RANGE.lo, INT32_RANGE.hi
 
 # Binds the body to ``v`` if the payload is one v0 Heartbeat envelope, else returns None.
 # Payloads over SCAN_ABOVE_BYTES go to decode_request, which walks them first (limits).
+# Those are also the only ones that may be memoryviews (framing.LARGE_FRAME_BYTES is
+# larger), so ``startswith`` is only ever called on bytes.
 _ENVELOPE_PRELUDE: Final = (
     f"if len(payload) > {SCAN_ABOVE_BYTES} or not payload.startswith(HEARTBEAT_V0):",
     "    return None",
@@ -56,7 +59,7 @@ _ENVELOPE_PRELUDE: Final = (
 )
 
 decode_heartbeat: Final = cast(
-    Callable[[bytes], HeartbeatFields | None],
+    Callable[[Payload], HeartbeatFields | None],
     Generator().reader(
         HeartbeatRequest,
         name="decode_heartbeat",

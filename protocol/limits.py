@@ -127,7 +127,7 @@ _ONE_BYTE_RUN: Final = re.compile(rb"[\x00-\x80\x90\xa0\xc0\xc2\xc3\xe0-\xff]+")
 one step, so that arrays of them cost the walk nothing per item."""
 
 
-def _path(data: bytes, frames: list[tuple[int, bool, int, int, int]]) -> str:
+def _path(data: bytes | memoryview, frames: list[tuple[int, bool, int, int, int]]) -> str:
     """The path of the value being read: ``topics[3].name``, like FieldError's."""
     path = ""
     for _left, is_map, done, key_start, key_end in frames:
@@ -138,7 +138,7 @@ def _path(data: bytes, frames: list[tuple[int, bool, int, int, int]]) -> str:
         elif key_start < 0:
             segment = "(non-str key)"
         else:
-            segment = data[key_start:key_end].decode("utf-8", "replace")
+            segment = str(data[key_start:key_end], "utf-8", "replace")
             if len(segment) > 64:
                 segment = segment[:64] + "..."
         if segment.startswith("[") or not path:
@@ -148,7 +148,7 @@ def _path(data: bytes, frames: list[tuple[int, bool, int, int, int]]) -> str:
     return path or "body"
 
 
-def check_value(data: bytes, pos: int) -> int:
+def check_value(data: bytes | memoryview, pos: int) -> int:
     """Walk the one msgpack value at ``data[pos:]`` and return where it ends.
 
     Raises :class:`LimitError` at the first str over :data:`MAX_STRING_BYTES` or when the
@@ -243,7 +243,7 @@ class EnvelopeHead:
         self.body_pos = body_pos
 
 
-def _length(data: bytes, pos: int, b: int) -> int:
+def _length(data: bytes | memoryview, pos: int, b: int) -> int:
     """The byte length in the header of the str at ``pos`` (marker ``b``)."""
     width = _SIZE[b]
     if width == 0:
@@ -251,7 +251,7 @@ def _length(data: bytes, pos: int, b: int) -> int:
     return int.from_bytes(data[pos + 1:pos + 1 + width])
 
 
-def _read_int(data: bytes, pos: int) -> tuple[int | None, int]:
+def _read_int(data: bytes | memoryview, pos: int) -> tuple[int | None, int]:
     """An int at ``pos`` (None if the value there is not one) and where the value ends."""
     b = data[pos]
     if b <= 0x7F:
@@ -265,7 +265,7 @@ def _read_int(data: bytes, pos: int) -> tuple[int | None, int]:
     return None, pos
 
 
-def read_envelope_head(data: bytes) -> EnvelopeHead | None:
+def read_envelope_head(data: bytes | memoryview) -> EnvelopeHead | None:
     """The envelope's ints and where its body starts, or None when the payload does not
     begin as a request envelope (that frame is then refused whole, as before)."""
     try:

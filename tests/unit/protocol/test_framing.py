@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from groupwire.protocol.codec import decode_heartbeat
 from groupwire.protocol.errors import FrameError, LocalProtocolError
-from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
+from groupwire.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    LARGE_FRAME_BYTES,
+    FrameDecoder,
+    frame,
+)
+from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 
 
 def test_frame_prefixes_the_big_endian_length() -> None:
@@ -97,6 +104,52 @@ def test_accepts_bytearray_and_memoryview_chunks() -> None:
     assert decoder.feed(memoryview(data)[5:]) == [b"abc", b"de"]
 
 
+def test_a_large_frame_is_handed_over_in_the_buffer_it_was_gathered_in() -> None:
+    """Gathered in a buffer of its own size and handed over, not copied out (a 16 MiB
+    copy on the event loop held it ~10 ms). What followed it in the same read is still
+    split as usual, including a partial frame; the budget sees the whole frame's size."""
+    big = bytes(range(256)) * (LARGE_FRAME_BYTES // 256 + 3)
+    data = frame(big) + frame(b"next") + frame(b"partial")[:6]
+    decoder = FrameDecoder()
+    assert decoder.feed(data[:3]) == []
+    assert decoder.feed(data[3:1000]) == []
+    assert (decoder.buffered, decoder.frame_bytes) == (1000, 4 + len(big))
+    assert decoder.feed(data[1000:2000]) == []
+    assert decoder.buffered == 2000
+    frames = decoder.feed(data[2000:])
+    assert frames == [big, b"next"]
+    assert type(frames[0]) is memoryview
+    assert decoder.buffered == 6
+    assert decoder.feed(frame(b"partial")[6:]) == [b"partial"]
+    assert decoder.buffered == 0
+
+
+def test_a_frame_below_the_hand_over_size_is_copied_out() -> None:
+    small = b"x" * (LARGE_FRAME_BYTES - 1)
+    decoder = FrameDecoder()
+    data = frame(small)
+    decoder.feed(data[:10])
+    (payload,) = decoder.feed(data[10:])
+    assert payload == small and type(payload) is bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=70_000), min_size=1, max_size=12))
+def test_large_and_small_frames_in_any_chunking(sizes: list[int]) -> None:
+    payloads = [bytes([i % 251]) * LARGE_FRAME_BYTES if i % 2 else b"s" * (i + 1)
+                for i in range(4)]
+    data = b"".join(frame(p) for p in payloads)
+    decoder = FrameDecoder()
+    out: list[bytes | memoryview] = []
+    pos, i = 0, 0
+    while pos < len(data):
+        size = sizes[i % len(sizes)]
+        out += decoder.feed(data[pos:pos + size])
+        pos, i = pos + size, i + 1
+    assert [bytes(p) for p in out] == payloads
+    assert decoder.buffered == 0
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.binary(min_size=1, max_size=40), max_size=20),
@@ -114,3 +167,14 @@ def test_any_chunking_yields_the_same_frames(payloads: list[bytes], sizes: list[
         assert decoder.buffered <= 44  # never more than one incomplete frame
     assert out == payloads
     assert decoder.buffered == 0
+
+
+def test_large_frames_skip_the_heartbeat_fast_path_without_reading_it() -> None:
+    """Only payloads up to SCAN_ABOVE_BYTES reach the fast path's ``startswith``: a large
+    frame's memoryview must be longer than that."""
+    assert LARGE_FRAME_BYTES > SCAN_ABOVE_BYTES
+    decoder = FrameDecoder()
+    data = frame(bytes((0x95, 12, 0)) + b"\x00" * LARGE_FRAME_BYTES)
+    decoder.feed(data[:100])
+    (payload,) = decoder.feed(data[100:])
+    assert decode_heartbeat(payload) is None
