@@ -319,7 +319,7 @@ class TopicApis:
     def produce_steps(self, request: ProduceRequest,
                       ) -> Steps[tuple[ProduceResponse, bool]]:
         """Append every batch, a step per partition; returns the response and whether
-        anything was written. Each batch is appended whole, in one step."""
+        anything was written. A big batch takes several steps to check and to write."""
         limit = self._settings.max_frame_bytes - BATCH_OVERHEAD
         store = self._store
         wrote = False
@@ -338,8 +338,9 @@ class TopicApis:
 
     def _append_one(self, topic: str, partition: int, batch: bytes, internal: bool,
                     limit: int) -> Steps[PartitionProduceResponse]:
-        """Check one batch, yielding inside a big one's check, then append it whole in
-        the last step (docs/protocol.md §5.2)."""
+        """Check one batch, yielding inside a big one's check, then append it, yielding
+        between the pieces of a big one's write; it counts (is readable, has offsets)
+        only once written whole (docs/protocol.md §5.2)."""
         def fail(code: ErrorCode, message: str) -> PartitionProduceResponse:
             return PartitionProduceResponse(index=partition, error_code=code,
                                             error_message=message)
@@ -373,9 +374,17 @@ class TopicApis:
         # the topic (or a partition of it) since it was looked up.
         if (gone := unknown()) is not None:
             return gone
+        plog = self._store.log(topic, partition)
         try:
-            base = self._store.log(topic, partition).append(batch, header)
+            base = yield from plog.append_steps(batch, header)
         except StorageError as exc:
+            # A big batch is written a piece a step: a DeleteTopics may come in between
+            # (the name may even be created again meanwhile: a new log).
+            if (gone := unknown()) is not None:
+                return gone
+            if self._store.log(topic, partition) is not plog:
+                return fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"unknown topic or partition {topic}-{partition}")
             log.error("append_failed", topic=topic, partition=partition, error=str(exc))
             return fail(ErrorCode(exc.code), str(exc))
         self._on_append(topic, partition)

@@ -37,8 +37,11 @@ from groupwire.protocol.batches import (
     decode_records,
     with_base_offset,
 )
+from groupwire.protocol.steps import Steps
 
 SCAN_CHUNK_BYTES: Final = 1024 * 1024
+WRITE_PIECE = 1024 * 1024
+"""Bytes of a batch written in one step of :meth:`PartitionLog.append_steps` (~2-3 ms)."""
 
 log = get_logger("groupwire.storage")
 
@@ -92,6 +95,8 @@ class PartitionLog:
         self._dirty = False
         self._fail_reported = self._leo
         self._closed = False
+        self._appending = False
+        """A stepped append is under way: other appends wait for it (or are refused)."""
         if self._unsynced or self._dir_gen:
             self._mark_dirty()
 
@@ -134,26 +139,94 @@ class PartitionLog:
         """Append one validated batch at the log end offset; returns its base offset.
 
         Raises :class:`StorageError` if it cannot be written; the log is then unchanged.
+        Holds the loop for the whole write: only internal topics, whose batches are
+        small, call it; it is refused while an :meth:`append_steps` is under way.
         """
         self._check_writable()
+        self._check_idle()
+        header = self._based(batch, header)
+        data = with_base_offset(batch, header.base_offset)
+        seg = self._active_for(len(data))
+        seg.append(data, header)
+        self._appended(seg, header)
+        return header.base_offset
+
+    def append_steps(self, batch: bytes, header: BatchHeader) -> Steps[int]:
+        """:meth:`append` in steps: a batch over ``WRITE_PIECE`` bytes is written a piece
+        a step, so a big one never holds the loop for long.
+
+        One stepped append at a time: a second waits (yielding) for the first. The batch
+        counts (index entry, log end offset) only after its last piece; until then no
+        read reaches it and a flush does not count it. Raises :class:`StorageError` if
+        the log is closed (topic deleted) or goes offline meanwhile; the written part is
+        then cut, as it is if the steps are abandoned (closed) halfway.
+        """
+        while self._appending:
+            yield
+        if len(batch) <= WRITE_PIECE:
+            return self.append(batch, header)
+        self._check_writable()
+        header = self._based(batch, header)
+        self._appending = True
+        try:
+            seg = self._active_for(len(batch))
+            pos = seg.begin_write()
+            try:
+                view = memoryview(batch)
+                seg.write_piece(with_base_offset(batch[:WRITE_PIECE], header.base_offset), pos)
+                for start in range(WRITE_PIECE, len(batch), WRITE_PIECE):
+                    yield
+                    self._check_still_writable()
+                    seg.write_piece(view[start:start + WRITE_PIECE], pos + start)
+                seg.finish_write(header, pos, pos + len(batch))
+            except BaseException:  # GeneratorExit too: the task was cancelled
+                if not self._closed:
+                    seg.abandon_write()
+                raise
+            self._appended(seg, header)
+        finally:
+            self._appending = False
+        return header.base_offset
+
+    def _based(self, batch: bytes, header: BatchHeader) -> BatchHeader:
+        """``header`` as the batch is stored: at the log end offset."""
         if len(batch) < MIN_BATCH_SIZE or header.record_count < 1:
             raise ValueError("append needs a validated batch")
-        base = self._leo
-        data = with_base_offset(batch, base)
-        header = BatchHeader(base_offset=base, base_timestamp_ms=header.base_timestamp_ms,
-                             record_count=header.record_count, crc=header.crc,
-                             attributes=header.attributes)
+        return BatchHeader(base_offset=self._leo, base_timestamp_ms=header.base_timestamp_ms,
+                           record_count=header.record_count, crc=header.crc,
+                           attributes=header.attributes)
+
+    def _active_for(self, size: int) -> Segment:
+        """The segment a batch of ``size`` bytes goes to, rolling a full one."""
         seg = self._segments[-1]
-        if seg.size > 0 and seg.size + len(data) > self._config.segment_bytes:
+        if seg.size > 0 and seg.size + size > self._config.segment_bytes:
             seg = self._roll()
-        seg.append(data, header)
+        return seg
+
+    def _appended(self, seg: Segment, header: BatchHeader) -> None:
+        """The batch just indexed in ``seg`` counts: readers and flushes see it."""
         self._leo = header.next_offset
         if not self._always:
             self._hw = self._leo
         if not self._unsynced or self._unsynced[-1] is not seg:
             self._unsynced.append(seg)
         self._mark_dirty()
-        return base
+
+    def _check_idle(self) -> None:
+        if self._appending:
+            raise StorageError(f"log {self.topic}-{self.partition} has a stepped append "
+                               "under way")
+
+    def _check_still_writable(self) -> None:
+        """Between the pieces of a stepped append: the topic may have been deleted, or an
+        fsync (on the flusher's thread) may have failed, since the last piece."""
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
+        failed = self._failed
+        if failed is not None:
+            self.report_offline()
+            raise StorageError(f"log {self.topic}-{self.partition} went offline after an "
+                               f"fsync failure: {failed}")
 
     def _roll(self) -> Segment:
         try:
@@ -447,6 +520,7 @@ class PartitionLog:
         """Start a new segment now (unless the active one is empty): what is appended next
         begins a segment, so everything before it can later be dropped whole."""
         self._check_writable()
+        self._check_idle()
         if self._segments[-1].size > 0:
             self._roll()
 

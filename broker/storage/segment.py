@@ -55,7 +55,8 @@ class Segment:
 
     __slots__ = ("_ops", "_pool", "base_offset", "bases", "index_file", "index_path", "log_file",
                  "log_path", "max_record_ts", "max_timestamp", "next_offset", "positions",
-                 "sealed", "size", "tail_dirty", "timestamps", "touched", "verified_end")
+                 "sealed", "size", "stale_tail", "tail_dirty", "timestamps", "touched",
+                 "verified_end")
 
     def __init__(self, directory: Path, base_offset: int, pool: HandlePool, *, create: bool,
                  on_error: Callable[[OSError], None] | None = None) -> None:
@@ -87,6 +88,10 @@ class Segment:
         self.max_record_ts: int | None = None
         """Largest record timestamp, cached once a sealed segment was decoded."""
         self.tail_dirty = False
+        """The log file may hold bytes past ``size`` (a write failed or is under way):
+        cut before the next write and before a clean shutdown."""
+        self.stale_tail = False
+        """Bytes of an earlier failed write stayed past ``size`` when a write began."""
         self.touched = create
         """Written during this run: fsynced before a clean shutdown is recorded."""
         self.verified_end = 0
@@ -196,28 +201,56 @@ class Segment:
 
     def append(self, data: bytes, header: BatchHeader) -> None:
         """Write one batch (base offset already patched) and its index entry, or nothing."""
-        ops, pool = self._ops, self._pool
+        pos = self.begin_write()
+        try:
+            self.write_piece(data, pos)
+            self.finish_write(header, pos, pos + len(data))
+        except StorageError:
+            self.abandon_write()
+            raise
+
+    # A batch may also be written in pieces, between which others use the event loop
+    # (``PartitionLog.append_steps``): ``begin_write``, ``write_piece`` for each piece,
+    # then ``finish_write``, or ``abandon_write`` if it fails or is given up. Until
+    # ``finish_write`` nothing of the batch is in the index, so no read reaches it.
+
+    def begin_write(self) -> int:
+        """Start writing a batch at the end; returns its file position."""
         assert not self.sealed, "append to a sealed segment"
-        pos = self.size
-        index_pos = len(self.bases) * INDEX_ENTRY.size
         self.touched = True
         if self.tail_dirty:
             self.truncate_tail()
+        self.stale_tail = self.tail_dirty  # the cut failed: bytes past size stay
+        self.tail_dirty = True  # a clean shutdown now cuts what this write leaves
+        return self.size
+
+    def write_piece(self, data: bytes | memoryview, at: int) -> None:
+        try:
+            with self._pool.use(self.log_file, write=True) as fd:
+                self._ops.write_all(fd, data, at)
+        except OSError as exc:
+            raise StorageError(f"write to {self.log_path.name} failed: {exc}") from exc
+
+    def finish_write(self, header: BatchHeader, pos: int, end: int) -> None:
+        """Write the index entry of the batch at ``pos``..``end``; only then does it count."""
         entry = INDEX_ENTRY.pack(header.base_offset, pos, header.record_count,
                                  header.base_timestamp_ms)
         try:
-            with pool.use(self.log_file, write=True) as fd:
-                ops.write_all(fd, data, pos)
-            with pool.use(self.index_file, write=True) as index_fd:
-                ops.write_all(index_fd, entry, index_pos)
+            with self._pool.use(self.index_file, write=True) as index_fd:
+                self._ops.write_all(index_fd, entry, len(self.bases) * INDEX_ENTRY.size)
         except OSError as exc:
-            self.tail_dirty = True
-            self.truncate_tail()
             raise StorageError(f"write to {self.log_path.name} failed: {exc}") from exc
-        self._add(header, pos, pos + len(data))
+        self._add(header, pos, end)
         self.max_record_ts = None
         if self.verified_end == pos:
             self.verified_end = self.size
+        self.tail_dirty = self.stale_tail
+
+    def abandon_write(self) -> bool:
+        """Cut what a begun write left past the end; False if that failed (the next
+        write, or a clean shutdown, tries again)."""
+        self.tail_dirty = True
+        return self.truncate_tail()
 
     def truncate_tail(self) -> bool:
         """Cut the files back to what the index in memory holds; False if that failed."""

@@ -1,6 +1,8 @@
 """Produce as steps (``TopicApis.produce_steps``): a big batch's check spans steps, other
 requests run in between, and the batch is appended whole in the last one, only if its
-topic and partition still exist then."""
+topic and partition still exist then. A big batch is also written a piece a step
+(``PartitionLog.append_steps``): a topic deleted meanwhile is answered
+UNKNOWN_TOPIC_OR_PARTITION too, and nothing of the batch stays."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.storage import StorageConfig, TopicStore
+from groupwire.broker.storage import partition_log as partition_log_module
 from groupwire.broker.topic_apis import TopicApis
 from groupwire.protocol.batches import RECORD_CHUNK, BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -23,6 +26,8 @@ from groupwire.protocol.steps import run_steps
 
 ROWS = 3 * RECORD_CHUNK
 """Enough tiny records for the check to take several steps."""
+PIECE = 256
+"""Bytes a step while a batch is written, so a 1 KB batch takes several."""
 
 
 @pytest.fixture
@@ -31,6 +36,11 @@ def store(tmp_path: Path) -> Iterator[TopicStore]:
     s.create_topic("t", 2)
     yield s
     s.close(sync=False)
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_log_module, "WRITE_PIECE", PIECE)
 
 
 @pytest.fixture
@@ -92,3 +102,49 @@ def test_a_bad_big_batch_is_refused_and_nothing_stored(
     assert good.error_code == ErrorCode.NONE and wrote
     assert [store.log("t", p).high_watermark for p in (0, 1)] == [0, ROWS]
     assert appended == [("t", 1)]
+
+
+@pytest.mark.parametrize("created_again", [False, True])
+def test_a_topic_deleted_while_its_batch_is_written_answers_unknown(
+        apis: TopicApis, store: TopicStore, appended: list[tuple[str, int]],
+        small_pieces: None, created_again: bool) -> None:
+    batch = encode_batch([BatchRecord(value=b"v" * 100, timestamp_ms=1)] * 10)
+    assert len(batch) > 3 * PIECE
+    segment = store.log("t", 0).directory / f"{0:020d}.log"
+    steps = apis.produce_steps(produce((0, batch)))
+    while segment.stat().st_size == 0:  # through the check, into the write
+        next(steps)
+    assert segment.stat().st_size < len(batch)  # a piece of it, not yet all
+    store.delete_topic("t")  # a DeleteTopics from another connection, between slices
+    if created_again:
+        store.create_topic("t", 1)
+    response, wrote = run_steps(steps)
+    answer = response.responses[0].partition_responses[0]
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic or partition t-0")
+    assert not wrote and appended == []
+    if created_again:
+        assert store.log("t", 0).log_end_offset == 0
+
+
+def test_a_big_batch_is_written_over_several_steps(
+        apis: TopicApis, store: TopicStore, appended: list[tuple[str, int]],
+        small_pieces: None) -> None:
+    batch = encode_batch([BatchRecord(value=b"v" * 100, timestamp_ms=1)] * 10)
+    log = store.log("t", 0)
+    segment = log.directory / f"{0:020d}.log"
+    steps = apis.produce_steps(produce((0, batch)))
+    sizes = []
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            response, wrote = done.value
+            break
+        sizes.append(segment.stat().st_size)
+        if sizes[-1] < len(batch):
+            assert log.log_end_offset == 0 and appended == []
+    assert len({s for s in sizes if 0 < s < len(batch)}) >= 3
+    answer = response.responses[0].partition_responses[0]
+    assert (answer.error_code, answer.base_offset, wrote) == (ErrorCode.NONE, 0, True)
+    assert log.high_watermark == 10 and appended == [("t", 0)]
