@@ -20,7 +20,7 @@ import enum
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from groupwire.broker.coordinator import Coordinator
 from groupwire.broker.logs import get_logger
@@ -39,7 +39,11 @@ from groupwire.protocol.steps import Steps, run_steps
 log = get_logger("groupwire.fetch")
 
 TopicPartition = tuple[str, int]
-Reply = Callable[[FetchResponse], None]
+class Reply(Protocol):
+    """Sends a fetch's answer; ``long``: its work spanned slices, so the answer is as
+    large and is encoded off the loop (``Peer.answer_is_long``)."""
+
+    def __call__(self, response: FetchResponse, *, long: bool = False) -> None: ...
 Defer = Callable[[Coroutine[Any, Any, None]], None]
 """Runs the rest of a first read as a task that holds the connection (``Broker._defer``)."""
 
@@ -248,7 +252,7 @@ class FetchManager:
                 self._forget(fetch)
                 response = FetchResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
                                          error_message=f"{type(exc).__name__}: {exc}")
-        self._send(fetch, response)
+        self._send(fetch, response, long=True)
 
     def _completion(self, fetch: _Fetch) -> Steps[FetchResponse | None]:
         """Stop waiting, then the full read, fenced again: the answer (None if closed)."""
@@ -264,9 +268,9 @@ class FetchManager:
         return result[0]
 
     @staticmethod
-    def _send(fetch: _Fetch, response: FetchResponse | None) -> None:
+    def _send(fetch: _Fetch, response: FetchResponse | None, *, long: bool = False) -> None:
         if response is not None:
-            fetch.reply(response)
+            fetch.reply(response, long=long)
 
     # --- connections and shutdown --------------------------------------------------------
 

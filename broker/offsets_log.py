@@ -6,17 +6,25 @@ value per key of each partition in memory, so it can compact without reading the
 when a partition holds far more records than live keys, it rolls a segment, appends the
 live records as a snapshot, and once that snapshot is durable drops every segment before
 it. Replaying the log at start then reads one snapshot plus what came after.
+
+Both long writes run as steps (``protocol.steps``) the broker spreads over loop turns:
+a large OffsetCommit's batch is encoded ahead (:meth:`OffsetsLog.prepare_steps`) and
+appended in one piece (:meth:`OffsetsLog.write_prepared`); a compaction writes its
+snapshot a batch a step (:meth:`OffsetsLog.compact_steps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from groupwire.broker.coordinator import GroupRecord, encode_records, record_from_kv
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.batches import BatchHeader, encode_kv_batch_steps, read_header
 from groupwire.protocol.hashing import coordinator_partition
+from groupwire.protocol.steps import Steps, run_steps
 
 log = get_logger("groupwire.offsets_log")
 
@@ -24,7 +32,21 @@ OFFSETS_TOPIC = "__consumer_offsets"
 SNAPSHOT_BATCH = 1000
 """Records per batch when writing a snapshot."""
 
+PREPARE_STEP = 2048
+"""Records :meth:`OffsetsLog.prepare_steps` takes per step besides encoding them."""
+
 KV = tuple[bytes, bytes | None, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """One group's offset records, encoded as the batch :meth:`OffsetsLog.write_prepared`
+    appends, with what they make of the partition's live keys."""
+
+    partition: int
+    batch: bytes
+    header: BatchHeader
+    live: dict[bytes, tuple[bytes, int]]
 
 
 class OffsetsLog:
@@ -83,33 +105,82 @@ class OffsetsLog:
             self._records[partition] += len(items)
         return list(by_partition)
 
+    def prepare_steps(self, group_id: str, records: Sequence[tuple[bytes, bytes]],
+                      now_ms: int) -> Steps[PreparedWrite]:
+        """The batch ``write`` would append for these offset commits of one group
+        (``to_kv`` bytes, none a tombstone), encoded in steps; nothing is written."""
+        items: list[KV] = []
+        live: dict[bytes, tuple[bytes, int]] = {}
+        for start in range(0, len(records), PREPARE_STEP):
+            chunk = records[start:start + PREPARE_STEP]
+            items.extend([(key, value, now_ms) for key, value in chunk])
+            live.update([(key, (value, now_ms)) for key, value in chunk])
+            yield
+        batch = yield from encode_kv_batch_steps(items)
+        return PreparedWrite(self.partition_of(group_id), batch, read_header(batch), live)
+
+    def write_prepared(self, prepared: PreparedWrite) -> int:
+        """Append a prepared batch (one append: written or not as a whole); returns its
+        partition. Raises StorageError when it cannot be written."""
+        partition = prepared.partition
+        self._store.log(OFFSETS_TOPIC, partition).append(prepared.batch, prepared.header)
+        self._live[partition].update(prepared.live)
+        self._records[partition] += prepared.header.record_count
+        return partition
+
     def needs_compaction(self, partition: int) -> bool:
         records = self._records[partition]
         return (records >= self._compact_min
                 and records > self._ratio * max(len(self._live[partition]), 1))
 
-    def compact(self, partition: int, after_durable: Callable[[Callable[[], None]], None],
-                ) -> None:
-        """Append a snapshot of the live records, then (once durable) drop what precedes it."""
+    def compact_steps(self, partition: int,
+                      after_durable: Callable[[Callable[[], None]], None]) -> Steps[None]:
+        """Append a snapshot of the live records a batch a step, then (once durable) drop
+        what precedes it. Run one at a time per partition.
+
+        Writes go on between steps. Each key's value is read when its batch is written:
+        the current one, or none if deleted meanwhile (its tombstone is after the roll);
+        keys written meanwhile are after the roll too. So replaying from any point on,
+        the snapshot abandoned half-way (closing the generator, a storage error) or not,
+        gives the live keys: every record of the snapshot holds a value the key had,
+        and any later change of it is written after it.
+        """
         plog = self._store.log(OFFSETS_TOPIC, partition)
         live = self._live[partition]
         try:
             plog.roll()
-            start = plog.log_end_offset
-            items = [(key, value, ts) for key, (value, ts) in live.items()]
-            for i in range(0, len(items), SNAPSHOT_BATCH):
-                self._store.append_kv(OFFSETS_TOPIC, partition, items[i:i + SNAPSHOT_BATCH])
         except StorageError as exc:
             log.error("compaction_failed", partition=partition, error=str(exc))
             return
+        start = plog.log_end_offset
         before = self._records[partition]
-        self._records[partition] = len(items)
+        keys = list(live)
+        written = 0
+        for at in range(0, len(keys), SNAPSHOT_BATCH):
+            yield
+            items: list[KV] = []
+            for key in keys[at:at + SNAPSHOT_BATCH]:
+                current = live.get(key)
+                if current is not None:
+                    items.append((key, *current))
+            if not items:
+                continue
+            try:
+                batch = run_steps(encode_kv_batch_steps(items, rows_per_step=len(items)))
+                plog.append(batch, read_header(batch))
+            except StorageError as exc:
+                log.error("compaction_failed", partition=partition, error=str(exc),
+                          snapshot_written=written)
+                return
+            self._records[partition] += len(items)
+            written += len(items)
+        self._records[partition] -= before  # once the drop is done: what the log holds
         self.compactions += 1
 
         def drop() -> None:
             deleted = plog.delete_segments_before(start)
             log.info("offsets_compacted", partition=partition, records_before=before,
-                     live=len(items), segments_deleted=deleted)
+                     live=written, segments_deleted=deleted)
 
         after_durable(drop)
 

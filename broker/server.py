@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -34,6 +35,7 @@ from groupwire.broker.coordinator import (
 )
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.offsets_api import LONG_COMMIT, commit_size
 from groupwire.broker.coordinator.records import GroupMetadataRecord
 from groupwire.broker.durability import Durability
 from groupwire.broker.fetch import FetchManager
@@ -42,8 +44,8 @@ from groupwire.broker.host import Peer
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth
-from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog
-from groupwire.broker.pacing import sliced
+from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
+from groupwire.broker.pacing import finish_in_slices, sliced
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
@@ -65,6 +67,7 @@ from groupwire.protocol.messages import (
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     FetchRequest,
+    FetchResponse,
     FindCoordinatorRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -142,6 +145,8 @@ class Broker:
         self._handlers: dict[type, Callable[..., None]] = {}
         self._deferred: set[asyncio.Task[None]] = set()
         """Requests answered by a coroutine (topic creation): awaited at close."""
+        self._compactions: dict[int, asyncio.Task[None]] = {}
+        """``__consumer_offsets`` partitions being compacted: abandoned at close."""
         self.renew_heartbeat: Callable[[int, HeartbeatFields, int], Renewal | None] = (
             _not_started)
         """The heartbeat fast path, ``Coordinator.renew`` once started: a Renewal when the
@@ -342,6 +347,10 @@ class Broker:
         for task in list(self._deferred):
             with contextlib.suppress(Exception):
                 await task
+        for task in list(self._compactions.values()):
+            task.cancel()  # the log stays correct with half a snapshot (OffsetsLog)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._fetches is not None:
             self._fetches.complete_all()
         if self._durability is not None:
@@ -452,12 +461,38 @@ class Broker:
                          lambda response: self._answer_when_durable(conn, cid, response))
             return
         if type(request) is OffsetCommitRequest:
+            if commit_size(request) > LONG_COMMIT:
+                self._sliced(conn, cid, request, self._commit_steps(ctx, request),
+                             lambda _done: None)
+                return
             undo = _CommitUndo(coordinator, request)
             result = coordinator.handle(ctx, request, self.clock())
             undo.applied()
             self.execute(result, on_failure=undo)
             return
         self.execute(coordinator.handle(ctx, request, self.clock()))
+
+    def _commit_steps(self, ctx: RequestContext, request: OffsetCommitRequest,
+                      ) -> Steps[None]:
+        """A large OffsetCommit: validated on arrival, its answer, cache entries and
+        batch built in steps, then applied and appended in one step (the coordinator
+        falls back to its plain handler if the group changed meanwhile)."""
+        coordinator, offsets_log = self.coordinator, self._offsets_log
+        assert coordinator is not None and offsets_log is not None
+        now = self.clock()
+        prepared = yield from coordinator.offset_commit_steps(ctx, request, now)
+        if isinstance(prepared, Result):  # refused as a whole
+            self.execute(prepared)
+            return
+        write: PreparedWrite | None = None
+        if prepared.records:
+            write = yield from offsets_log.prepare_steps(prepared.group_id,
+                                                         prepared.records, now)
+            yield
+        applied = coordinator.apply_commit(prepared)
+        self.execute(applied.result, on_failure=applied.undo,
+                     prepared=write if applied.as_prepared else None)
+        yield  # what the commit was built from (~50 000 objects) is freed in a step of its own
 
     def _delete_groups_steps(self, ctx: RequestContext, request: DeleteGroupsRequest,
                              ) -> Steps[DeleteGroupsResponse]:
@@ -499,7 +534,7 @@ class Broker:
             self._sliced(conn, cid, request, topics.produce_steps(request), produced)
 
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
-            fetches.handle(conn.conn_id, request, lambda resp: conn.reply(cid, resp),
+            fetches.handle(conn.conn_id, request, functools.partial(_reply_fetch, conn, cid),
                            lambda work: self._defer_long(conn, cid, request, work))
 
         def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
@@ -611,18 +646,20 @@ class Broker:
     # --- executing coordinator results --------------------------------------------------
 
     def execute(self, result: Result,
-                on_failure: Callable[[], None] | None = None) -> None:
+                on_failure: Callable[[], None] | None = None,
+                prepared: PreparedWrite | None = None) -> None:
         """Do what the coordinator decided: persist, then answer; arm timers; emit events.
 
         ``on_failure`` runs if the records could not be written or made durable, before
-        the replies (which then say KAFKA_STORAGE_ERROR) go out.
+        the replies (which then say KAFKA_STORAGE_ERROR) go out. ``prepared``: records
+        already encoded (a large OffsetCommit's), written after ``result.records``.
         """
         if result.timers:
             self._apply_timers(result.timers)
         if result.events:
             self._emit(result.events)
-        if result.records:
-            failed = self._persist(result)
+        if result.records or prepared is not None:
+            failed = self._persist(result, prepared)
             assert self._durability is not None
             replies = result.replies
 
@@ -638,23 +675,48 @@ class Broker:
         elif result.replies:
             self._send_replies(result.replies, False)
 
-    def _persist(self, result: Result) -> bool:
+    def _persist(self, result: Result, prepared: PreparedWrite | None = None) -> bool:
         """Write the result's records; True if that failed (the replies must say so)."""
-        offsets_log, durability = self._offsets_log, self._durability
-        assert offsets_log is not None and durability is not None
+        offsets_log = self._offsets_log
+        assert offsets_log is not None
         try:
-            partitions = offsets_log.write(result.records, self.clock())
+            partitions = (offsets_log.write(result.records, self.clock())
+                          if result.records else [])
+            if prepared is not None:
+                partitions.append(offsets_log.write_prepared(prepared))
         except StorageError as exc:
             self.metrics.storage_errors.inc()
-            log.error("group_records_not_written", error=str(exc), records=len(result.records))
+            count = len(result.records) + (
+                prepared.header.record_count if prepared is not None else 0)
+            log.error("group_records_not_written", error=str(exc), records=count)
             return True
         for p in partitions:
             if self._fetches is not None:
                 self._fetches.appended(OFFSETS_TOPIC, p)
-            if offsets_log.needs_compaction(p):
-                offsets_log.compact(p, lambda drop: durability.after_write(
-                    lambda err: drop() if err is None else None))
+            if p not in self._compactions and offsets_log.needs_compaction(p):
+                self._compact(p)
         return False
+
+    def _compact(self, partition: int) -> None:
+        """Compact a ``__consumer_offsets`` partition in the background, a snapshot batch
+        a step (``OffsetsLog.compact_steps``); one at a time per partition."""
+        offsets_log, durability = self._offsets_log, self._durability
+        assert offsets_log is not None and durability is not None
+        if self._closing:
+            return
+        steps = offsets_log.compact_steps(partition, lambda drop: durability.after_write(
+            lambda err: drop() if err is None else None))
+
+        async def run() -> None:
+            try:
+                await finish_in_slices(steps, self._slice_s)
+            except Exception:
+                log.exception("compaction_failed", partition=partition)
+            finally:
+                steps.close()
+                self._compactions.pop(partition, None)
+
+        self._compactions[partition] = asyncio.get_running_loop().create_task(run())
 
     def _send_replies(self, replies: tuple[object, ...], storage_failed: bool) -> None:
         for reply in replies:
@@ -795,6 +857,12 @@ class _CommitUndo:
 
 _STORAGE_FAILED_SYNC: Final = SyncGroupResponse(
     error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, assignment=b"")
+
+
+def _reply_fetch(conn: Peer, cid: int, response: FetchResponse, *, long: bool = False) -> None:
+    if long:
+        conn.answer_is_long(cid)
+    conn.reply(cid, response)
 
 
 def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:

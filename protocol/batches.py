@@ -63,6 +63,9 @@ byte (one-byte values), so this bounds a step to ~1 ms whatever the rows hold.""
 WALK_ROWS: Final = 256
 """Rows a walk (a chunk that does not unpack, checked row by row) checks in one step."""
 
+ENCODE_ROWS: Final = 2048
+"""Rows :func:`encode_kv_batch_steps` packs in one step (~0.7 ms of offset records)."""
+
 MAX_RECORD_ERRORS: Final = 10
 """Bad rows one :class:`MalformedRecordError` names at most (the rest are not looked for)."""
 
@@ -189,6 +192,46 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0) -> bytes:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
     crc = zlib.crc32(body, zlib.crc32(header[11:25]))
     return b"".join((header[:26], _U32.pack(crc), body))
+
+
+def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]],
+                          base_offset: int = 0, *, rows_per_step: int = ENCODE_ROWS,
+                          ) -> Steps[bytes]:
+    """``encode_batch`` of ``(key, value, timestamp_ms)`` records with no headers, byte
+    for byte, ``rows_per_step`` rows between yields: a batch of 10 000 offset records
+    takes several milliseconds to pack, too long for one step of the broker's loop.
+
+    The records array is its header followed by each row packed alone, and the CRC runs
+    over the pieces in order, so each piece is packed and checksummed once.
+    """
+    if not items:
+        raise LocalProtocolError("a batch holds at least one record")
+    if not 0 <= base_offset <= _MAX_UINT64:
+        raise LocalProtocolError(f"base_offset out of range: {base_offset}")
+    count = len(items)
+    base_ts = items[0][2]
+    packer = msgpack.Packer(use_bin_type=True)
+    pack = packer.pack
+    try:
+        header = _HEADER.pack(0x92, 0x95, 0xCF, base_offset, 0xD3, base_ts,
+                              0xCE, count, 0xCE, 0, 0)
+        pieces = [b"\x00" + packer.pack_array_header(count)]
+    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+        raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
+    crc = zlib.crc32(pieces[0], zlib.crc32(header[11:25]))
+    no_headers: tuple[()] = ()
+    for start in range(0, count, rows_per_step):
+        if start:
+            yield
+        try:
+            piece = b"".join([pack([i, ts - base_ts, key, value, no_headers])
+                              for i, (key, value, ts)
+                              in enumerate(items[start:start + rows_per_step], start)])
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
+        crc = zlib.crc32(piece, crc)
+        pieces.append(piece)
+    return b"".join((header[:26], _U32.pack(crc), *pieces))
 
 
 def with_base_offset(data: bytes, base_offset: int) -> bytes:

@@ -28,9 +28,14 @@ from groupwire.broker.coordinator.leave import handle_leave
 from groupwire.broker.coordinator.member import NO_PARTITIONS
 from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.offsets_api import (
+    AppliedCommit,
+    PreparedCommit,
+    apply_commit,
     handle_offset_commit,
     handle_offset_fetch,
+    offset_commit_steps,
     offset_fetch_steps,
+    revert_commit,
 )
 from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
@@ -149,6 +154,22 @@ class Coordinator:
     def offset_fetch_steps(self, request: OffsetFetchRequest) -> Steps[OffsetFetchResponse]:
         return offset_fetch_steps(self._engine, request)
 
+    # --- a large OffsetCommit as steps --------------------------------------------------
+    # Validated on arrival (the first step), built in steps that change nothing, applied
+    # in one piece by ``apply_commit`` once the shell has its records' batch ready.
+
+    def offset_commit_steps(self, ctx: RequestContext, request: OffsetCommitRequest,
+                            now_ms: int) -> Steps[Result | PreparedCommit]:
+        """A Result if the commit is refused as a whole on arrival (execute it as
+        ``handle``'s), else the prepared commit: write ``records``, then ``apply_commit``
+        in the same loop turn. For commits of more than ``LONG_COMMIT`` partitions;
+        smaller ones cost less through ``handle``."""
+        return offset_commit_steps(self._engine, ctx, request, now_ms)
+
+    def apply_commit(self, prepared: PreparedCommit) -> AppliedCommit:
+        """Apply a prepared commit now, in one piece (``offsets_api.apply_commit``)."""
+        return apply_commit(self._engine, prepared)
+
     def expire(self, key: TimerKey, now_ms: int) -> Result:
         """A timer the coordinator asked for is due."""
         engine = self._engine
@@ -226,16 +247,7 @@ class Coordinator:
         was told KAFKA_STORAGE_ERROR, so OffsetFetch must keep answering the old offset,
         as it would after a restart. A partition committed over since is left alone.
         """
-        offsets = self._engine.offsets
-        current = offsets.of(group_id)
-        for tp, old in before.items():
-            new = after.get(tp)
-            if new is None or new is old or current.get(tp) is not new:
-                continue
-            if old is None:
-                offsets.delete(group_id, tp)
-            else:
-                offsets.commit(group_id, tp, old)
+        revert_commit(self._engine, group_id, before, after)
 
     # --- a group whose metadata was not written ------------------------------------
 

@@ -3,6 +3,8 @@ OffsetFetch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Final
 
 from groupwire.broker.coordinator.engine import Engine
@@ -11,9 +13,11 @@ from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import group_partitions
 from groupwire.broker.coordinator.member import TP, Member
 from groupwire.broker.coordinator.offsets import CommittedOffset
-from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.outputs import RequestContext, Result
 from groupwire.broker.coordinator.paced import STEP_WORK, sorted_steps
-from groupwire.broker.coordinator.records import OffsetCommitRecord
+from groupwire.broker.coordinator.records import OffsetCommitRecord, OffsetRecordEncoder
+from groupwire.broker.coordinator.state import GroupState
+from groupwire.broker.coordinator.timers import TimerOp
 from groupwire.broker.coordinator.transitions import Commit, Refuse
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -33,16 +37,16 @@ UNKNOWN_TOPIC_OR_PARTITION: Final = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 OFFSET_METADATA_TOO_LARGE: Final = ErrorCode.OFFSET_METADATA_TOO_LARGE
 PARTITION_NOT_OWNED: Final = ErrorCode.PARTITION_NOT_OWNED
 
+LONG_COMMIT: Final = STEP_WORK
+"""Partitions over which an OffsetCommit is worth running as steps
+(:func:`offset_commit_steps`); smaller ones are handled at once."""
+
 
 def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
                          now_ms: int) -> None:
     code, group, member = _validate(engine, req, now_ms)
     if code is not ErrorCode.NONE or group is None:
-        engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetCommitResponse(topics=[
-            OffsetCommitResponseTopic(name=t.name, partitions=[
-                OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-                for p in t.partitions])
-            for t in req.topics]))
+        _refuse_all(engine, ctx, req, code)
         return
     cell = group.row.offset_commit
     assert isinstance(cell, Commit)  # _validate answered a Refuse
@@ -53,8 +57,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
     group_id = group.group_id
     committed = engine.offsets.of(group_id)  # {} if none yet: a new dict comes on first use
     max_metadata = engine.config.offset_metadata_max_bytes
-    # metadata of at most this many characters fits whatever they are (4 bytes each)
-    short_metadata = max_metadata // 4
+    short_metadata = max_metadata // 4  # see _refusal
     records = engine.out.records
     refused_all: list[TP] = []
     topics: list[OffsetCommitResponseTopic] = []
@@ -71,15 +74,11 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
         for p in topic.partitions:
             index = p.partition_index
             metadata = p.committed_metadata or ""
-            if not 0 <= index < count:
-                error = UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata) > short_metadata and len(metadata.encode()) > max_metadata:
-                error = OFFSET_METADATA_TOO_LARGE
-            elif refused and (name, index) in refused:
-                error = PARTITION_NOT_OWNED
+            error = _refusal(name, index, metadata, count, refused, short_metadata,
+                             max_metadata)
+            if error is PARTITION_NOT_OWNED:
                 refused_all.append((name, index))
-            else:
-                error = NONE
+            elif error is NONE:
                 if not committed:
                     committed = engine.offsets.for_commit(group_id)
                 offset = p.committed_offset
@@ -92,6 +91,221 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
         engine.emit("commit_fenced", group, now_ms, member=member,
                     partitions=group_partitions(refused_all))
     engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetCommitResponse(topics=topics))
+
+
+def _refusal(name: str, index: int, metadata: str, count: int, refused: frozenset[TP],
+             short_metadata: int, max_metadata: int) -> ErrorCode:
+    """Why one partition of a commit is refused, or NONE. Metadata of at most
+    ``short_metadata`` characters fits whatever they are (4 bytes each), unencoded."""
+    if not 0 <= index < count:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    if len(metadata) > short_metadata and len(metadata.encode()) > max_metadata:
+        return OFFSET_METADATA_TOO_LARGE
+    if refused and (name, index) in refused:
+        return PARTITION_NOT_OWNED
+    return NONE
+
+
+def _refuse_all(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
+                code: ErrorCode) -> None:
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetCommitResponse(topics=[
+        OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions])
+        for t in req.topics]))
+
+
+def commit_size(req: OffsetCommitRequest) -> int:
+    """Partitions an OffsetCommit names (compare with :data:`LONG_COMMIT`)."""
+    return sum(len(t.partitions) for t in req.topics)
+
+
+# --- a large OffsetCommit as steps ------------------------------------------------------
+# Kafka's model: validate on arrival, apply when the records are appended. The first
+# step validates, renews the session and decides ownership refusals, as
+# handle_offset_commit does, atomically on arrival. The steps after it build the answer,
+# the cache entries and the encoded records without changing anything. apply_commit
+# then, in one piece, applies them, if nothing the validation read has changed
+# meanwhile; otherwise it runs handle_offset_commit then (a rebalance mid-way: rare).
+
+
+@dataclass(eq=False, slots=True)
+class PreparedCommit:
+    """An OffsetCommit validated on arrival and built, not applied (:func:`apply_commit`).
+
+    ``records`` are the key/value bytes of the records it writes, in order (``to_kv``'s),
+    so the shell can encode their batch before the apply.
+    """
+
+    group_id: str
+    records: list[tuple[bytes, bytes]]
+    ctx: RequestContext
+    request: OffsetCommitRequest
+    now_ms: int
+    timers: tuple[TimerOp, ...]
+    """The arrival step's timer operations (a renewed session), handed over at the apply."""
+    group: Group
+    member: Member | None
+    seen: tuple[int, GroupState, str | None, frozenset[TP] | None, frozenset[TP], list[int]]
+    """What the arrival step's decisions rest on: generation, state, protocol type, the
+    member's ``owned`` and ``releasing`` (by identity), each topic's partition count."""
+    tps: list[TP]
+    entries: list[CommittedOffset]
+    refused: list[TP]
+    response: OffsetCommitResponse
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedCommit:
+    """What :func:`apply_commit` did. ``as_prepared``: the shell writes the prepared
+    records (``result.records`` is empty); otherwise it fell back to the plain handler
+    and ``result.records`` are the records. ``undo`` reverts the commit in the cache if
+    they could not be made durable (a partition committed over since is left alone)."""
+
+    result: Result
+    as_prepared: bool
+    undo: Callable[[], None]
+
+
+def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
+                        now_ms: int) -> Steps[Result | PreparedCommit]:
+    """A large OffsetCommit: a Result at once (refused as a whole, on the first step) or,
+    after yielding every ``STEP_WORK`` partitions, a :class:`PreparedCommit`.
+
+    Only the first step changes state (a simple group created, the session renewed); it
+    uses ``engine.out`` and takes what it produced before yielding, so other inputs
+    handled between steps have it to themselves.
+    """
+    out = engine.out
+    out.reset()
+    code, group, member = _validate(engine, req, now_ms)
+    if code is not ErrorCode.NONE or group is None:
+        _refuse_all(engine, ctx, req, code)
+        return out.build()
+    cell = group.row.offset_commit
+    assert isinstance(cell, Commit)  # _validate answered a Refuse
+    if member is not None and cell.renews_session:
+        engine.arm_session(member, member.session_timeout_ms, now_ms)
+    timers = out.build().timers
+    fenced_member = (member if member is not None and engine.config.ownership_fencing
+                     and group.is_consumer and member.owned is not None else None)
+    counts = [engine.partition_count(t.name) or 0 for t in req.topics]
+    refusals = [not_owned(fenced_member, ((t.name, p.partition_index) for p in t.partitions),
+                          releasing=True) if fenced_member is not None else frozenset()
+                for t in req.topics]
+    seen = (group.generation_id, group.state, group.protocol_type,
+            member.owned if member is not None else None,
+            member.releasing if member is not None else frozenset(), counts)
+    group_id = group.group_id
+    max_metadata = engine.config.offset_metadata_max_bytes
+    short_metadata = max_metadata // 4
+    kv = OffsetRecordEncoder().kv
+    tps: list[TP] = []
+    entries: list[CommittedOffset] = []
+    records: list[tuple[bytes, bytes]] = []
+    refused_all: list[TP] = []
+    topics: list[OffsetCommitResponseTopic] = []
+    work = 0
+    for topic, count, refused in zip(req.topics, counts, refusals, strict=True):
+        name = topic.name
+        answers: list[OffsetCommitResponsePartition] = []
+        for p in topic.partitions:
+            work += 1
+            if work >= STEP_WORK:
+                work = 0
+                yield
+            index = p.partition_index
+            metadata = p.committed_metadata or ""
+            error = _refusal(name, index, metadata, count, refused, short_metadata,
+                             max_metadata)
+            if error is PARTITION_NOT_OWNED:
+                refused_all.append((name, index))
+            elif error is NONE:
+                offset = p.committed_offset
+                tps.append((name, index))
+                entries.append(CommittedOffset(offset, metadata, now_ms))
+                records.append(kv(group_id, name, index, offset, metadata, now_ms))
+            answers.append(OffsetCommitResponsePartition(partition_index=index, error_code=error))
+        topics.append(OffsetCommitResponseTopic(name=name, partitions=answers))
+    return PreparedCommit(group_id, records, ctx, req, now_ms, timers, group, member, seen,
+                          tps, entries, refused_all, OffsetCommitResponse(topics=topics))
+
+
+def apply_commit(engine: Engine, prepared: PreparedCommit) -> AppliedCommit:
+    """Apply a prepared commit in one piece: its entries go into the offsets cache (each
+    partition's previous entry remembered for the undo), its answer and ``commit_fenced``
+    event come out. If what its arrival step decided on has changed since (a rebalance,
+    the member gone, a topic deleted or grown), ``handle_offset_commit`` runs instead."""
+    out = engine.out
+    out.reset()
+    if not _unchanged(engine, prepared):
+        return _apply_afresh(engine, prepared)
+    group_id, tps, entries = prepared.group_id, prepared.tps, prepared.entries
+    before: list[CommittedOffset | None] = []
+    if tps:
+        committed = engine.offsets.for_commit(group_id)
+        before = list(map(committed.get, tps))  # all read before any is set: C loops
+        committed.update(zip(tps, entries, strict=True))
+    member = prepared.member
+    if prepared.refused and member is not None:
+        engine.emit("commit_fenced", prepared.group, prepared.now_ms, member=member,
+                    partitions=group_partitions(prepared.refused))
+    ctx = prepared.ctx
+    out.reply(ctx.conn_id, ctx.correlation_id, prepared.response)
+
+    def undo() -> None:
+        revert_commit(engine, group_id, dict(zip(tps, before, strict=True)),
+                dict(zip(tps, entries, strict=True)))
+
+    return AppliedCommit(_with_timers(out.build(), prepared.timers), True, undo)
+
+
+def _unchanged(engine: Engine, prepared: PreparedCommit) -> bool:
+    group, member, req = prepared.group, prepared.member, prepared.request
+    generation, state, protocol_type, owned, releasing, counts = prepared.seen
+    if (engine.groups.get(prepared.group_id) is not group
+            or group.generation_id != generation or group.state is not state
+            or group.protocol_type != protocol_type):
+        return False
+    if member is not None and (
+            group.members.get(member.member_id) is not member
+            or group.validate_member(req.member_id, req.group_instance_id) is not NONE
+            or member.owned is not owned or member.releasing is not releasing):
+        return False
+    return all((engine.partition_count(t.name) or 0) == count
+               for t, count in zip(req.topics, counts, strict=True))
+
+
+def _apply_afresh(engine: Engine, prepared: PreparedCommit) -> AppliedCommit:
+    """The plain handler, now: what it changes is snapshotted for the undo (rare)."""
+    req, group_id = prepared.request, prepared.group_id
+    tps = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    current = engine.offsets.of(group_id)
+    before = dict(zip(tps, map(current.get, tps), strict=True))
+    handle_offset_commit(engine, prepared.ctx, req, prepared.now_ms)
+    current = engine.offsets.of(group_id)
+    after = dict(zip(tps, map(current.get, tps), strict=True))
+    return AppliedCommit(_with_timers(engine.out.build(), prepared.timers), False,
+                         lambda: revert_commit(engine, group_id, before, after))
+
+
+def _with_timers(result: Result, timers: tuple[TimerOp, ...]) -> Result:
+    return replace(result, timers=timers + result.timers) if timers else result
+
+
+def revert_commit(engine: Engine, group_id: str, before: dict[TP, CommittedOffset | None],
+                  after: dict[TP, CommittedOffset | None]) -> None:
+    """Put back ``before`` for partitions still holding what a commit set (``after``)."""
+    offsets = engine.offsets
+    current = offsets.of(group_id)
+    for tp, old in before.items():
+        new = after.get(tp)
+        if new is None or new is old or current.get(tp) is not new:
+            continue
+        if old is None:
+            offsets.delete(group_id, tp)
+        else:
+            offsets.commit(group_id, tp, old)
 
 
 def _validate(engine: Engine, req: OffsetCommitRequest,

@@ -17,6 +17,7 @@ import pytest
 
 from groupwire.broker import fetch as fetch_module
 from groupwire.broker import pacing
+from groupwire.broker.connection import ClientConnection
 from groupwire.broker.server import Broker
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.client.connection import Connection
@@ -92,11 +93,11 @@ class SentSpy:
         self.sent: list[FetchResponse] = []
         handle = fetches.handle
 
-        def spy(conn_id: int, request: FetchRequest, reply: Callable[[FetchResponse], None],
+        def spy(conn_id: int, request: FetchRequest, reply: Any,
                 *rest: Any) -> None:
-            def record(response: FetchResponse) -> None:
+            def record(response: FetchResponse, *, long: bool = False) -> None:
                 self.sent.append(response)
-                reply(response)
+                reply(response, long=long)
             handle(conn_id, request, record, *rest)
 
         monkeypatch.setattr(fetches, "handle", spy)
@@ -285,6 +286,40 @@ async def test_a_parked_fetch_completes_at_max_wait_with_what_is_there(
         fetches = broker._fetches
         assert fetches is not None
         assert not fetches._waiters and not fetches._by_conn and not fetches._tasks
+    finally:
+        await consumer.close()
+        await producer.close()
+
+
+async def test_a_completion_spanning_slices_has_its_answer_encoded_off_the_loop(
+        start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch whose first read fit one slice parks; its completion then runs over
+    several slices, and its answer, as large, is encoded on a worker thread like other
+    long answers."""
+    broker = await start_broker(loop_slice_ms=1000)  # the first read: one slice
+    consumer, producer = await _open(broker, "c"), await _open(broker, "p")
+    marked: list[int] = []
+    original = ClientConnection.answer_is_long
+
+    def spy(self: ClientConnection, correlation_id: int) -> None:
+        marked.append(correlation_id)
+        original(self, correlation_id)
+
+    monkeypatch.setattr(ClientConnection, "answer_is_long", spy)
+    try:
+        await create_topic(producer, "m", N)
+        waiting = await _sent(consumer.send(
+            _fetch(range(N), 0, max_wait_ms=30_000, min_bytes=1),
+            response_type=FetchResponse, timeout=30))
+        await _round_trip(consumer)
+        assert marked == []  # parked after a one-slice read
+        fetches = broker._fetches
+        assert fetches is not None
+        monkeypatch.setattr(fetches, "_slice_s", 0.0)  # the completion: a step a slice
+        await produce(producer, "m", 7, [b"wake"], TS)
+        resp = await waiting
+        assert _values(resp) == {7: [b"wake"]}
+        assert len(marked) == 1
     finally:
         await consumer.close()
         await producer.close()
