@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,17 @@ def test_no_module_imports_io_or_the_clock() -> None:
     assert sources
     offenders = {p.name: _imported_modules(p) & FORBIDDEN for p in sources}
     assert {name: bad for name, bad in offenders.items() if bad} == {}
+
+
+def test_importing_the_core_loads_no_event_loop_or_sockets() -> None:
+    modules = ", ".join(f"groupwire.broker.cluster.{m}"
+                        for m in ("keys", "image", "placement", "controller"))
+    code = (f"import sys, {modules}; "
+            "print(sorted(m for m in ('asyncio', 'socket', 'selectors', 'threading') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent.parent)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_compare_reads_a_missing_key_as_zero() -> None:

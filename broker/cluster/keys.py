@@ -1,0 +1,232 @@
+"""Where cluster metadata lives in etcd and how its values read: every key sits under
+``/groupwire/<cluster>/`` and every value is JSON, so ``etcdctl get --prefix`` stays
+readable (docs/design/cluster.md, "What etcd holds")."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ROOT = "/groupwire/"
+
+
+def prefix(cluster: str) -> str:
+    return f"{ROOT}{cluster}/"
+
+
+def broker_key(cluster: str, node_id: int) -> str:
+    return f"{prefix(cluster)}brokers/{node_id}"
+
+
+def controller_key(cluster: str) -> str:
+    return f"{prefix(cluster)}controller"
+
+
+def topic_key(cluster: str, name: str) -> str:
+    return f"{prefix(cluster)}topics/{name}"
+
+
+def partition_key(cluster: str, topic: str, partition: int) -> str:
+    return f"{prefix(cluster)}partitions/{topic}/{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerKey:
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerKey:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKey:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKey:
+    topic: str
+    partition: int
+
+
+ParsedKey = BrokerKey | ControllerKey | TopicKey | PartitionKey
+
+
+def _non_negative_int(text: str) -> int | None:
+    # isdecimal() alone would accept other scripts' digits; keep the ASCII form etcdctl shows.
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def parse_key(cluster: str, key: str) -> ParsedKey | None:
+    """What a key under the cluster's prefix is; None for anything else, so a newer
+    broker's keys (or a stray one) never break an older one's image."""
+    base = prefix(cluster)
+    if not key.startswith(base):
+        return None
+    rest = key[len(base):]
+    if rest == "controller":
+        return ControllerKey()
+    kind, sep, tail = rest.partition("/")
+    if not sep or not tail:
+        return None
+    if kind == "brokers":
+        node_id = _non_negative_int(tail)
+        return None if node_id is None else BrokerKey(node_id)
+    if kind == "topics":
+        # Kafka topic names hold no "/", so a deeper key is not a topic.
+        return None if "/" in tail else TopicKey(tail)
+    if kind == "partitions":
+        topic, sep, number = tail.rpartition("/")
+        p = _non_negative_int(number)
+        if not sep or not topic or "/" in topic or p is None:
+            return None
+        return PartitionKey(topic, p)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation: str
+    """Differs on every registration, so a restarted broker is told from its old self."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    node_id: int
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    name: str
+    topic_id: str
+    internal: bool
+    replicas: tuple[tuple[int, ...], ...]
+    """Per partition, its replicas' node ids; the first is the preferred leader."""
+
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int
+    """``NO_LEADER`` (-1) when no ISR replica is alive."""
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+
+
+def _dump(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def encode_broker(info: BrokerInfo) -> bytes:
+    return _dump({"node_id": info.node_id, "host": info.host, "port": info.port,
+                  "rack": info.rack, "incarnation": info.incarnation})
+
+
+def encode_controller(info: ControllerInfo) -> bytes:
+    return _dump({"node_id": info.node_id, "incarnation": info.incarnation})
+
+
+def encode_topic(topic: TopicAssignment) -> bytes:
+    # The name is the key's; the value does not repeat it (the design's value layout).
+    return _dump({"topic_id": topic.topic_id, "internal": topic.internal,
+                  "replicas": [list(r) for r in topic.replicas]})
+
+
+def encode_partition(state: PartitionState) -> bytes:
+    return _dump({"leader": state.leader, "leader_epoch": state.leader_epoch,
+                  "isr": list(state.isr), "partition_epoch": state.partition_epoch})
+
+
+class _Reader:
+    """Field access that turns any malformed value into one ValueError naming the key,
+    so an operator can find and fix it with etcdctl."""
+
+    def __init__(self, key: str, value: bytes) -> None:
+        self.key = key
+        try:
+            obj = json.loads(value)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise self.error(f"not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise self.error("not a JSON object")
+        self.obj: dict[str, Any] = obj
+
+    def error(self, why: str) -> ValueError:
+        return ValueError(f"etcd key {self.key!r}: {why}")
+
+    def get(self, field: str) -> Any:
+        if field not in self.obj:
+            raise self.error(f"missing {field!r}")
+        return self.obj[field]
+
+    def integer(self, field: str) -> int:
+        v = self.get(field)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(f"{field!r} is not an integer: {v!r}")
+        return v
+
+    def string(self, field: str) -> str:
+        v = self.get(field)
+        if not isinstance(v, str):
+            raise self.error(f"{field!r} is not a string: {v!r}")
+        return v
+
+    def opt_str(self, field: str) -> str | None:
+        v = self.obj.get(field)
+        if v is not None and not isinstance(v, str):
+            raise self.error(f"{field!r} is not a string or null: {v!r}")
+        return v
+
+    def boolean(self, field: str) -> bool:
+        v = self.get(field)
+        if not isinstance(v, bool):
+            raise self.error(f"{field!r} is not a boolean: {v!r}")
+        return v
+
+    def ints(self, field: str) -> tuple[int, ...]:
+        return self.int_list(field, self.get(field))
+
+    def int_list(self, field: str, v: Any) -> tuple[int, ...]:
+        if not isinstance(v, list) or any(
+                isinstance(x, bool) or not isinstance(x, int) for x in v):
+            raise self.error(f"{field!r} is not a list of integers: {v!r}")
+        return tuple(v)
+
+
+def decode_broker(key: str, value: bytes) -> BrokerInfo:
+    r = _Reader(key, value)
+    return BrokerInfo(node_id=r.integer("node_id"), host=r.string("host"), port=r.integer("port"),
+                      rack=r.opt_str("rack"), incarnation=r.string("incarnation"))
+
+
+def decode_controller(key: str, value: bytes) -> ControllerInfo:
+    r = _Reader(key, value)
+    return ControllerInfo(node_id=r.integer("node_id"), incarnation=r.string("incarnation"))
+
+
+def decode_topic(key: str, name: str, value: bytes) -> TopicAssignment:
+    r = _Reader(key, value)
+    replicas = r.get("replicas")
+    if not isinstance(replicas, list):
+        raise r.error(f"'replicas' is not a list: {replicas!r}")
+    return TopicAssignment(name=name, topic_id=r.string("topic_id"), internal=r.boolean("internal"),
+                           replicas=tuple(r.int_list("replicas", p) for p in replicas))
+
+
+def decode_partition(key: str, value: bytes) -> PartitionState:
+    r = _Reader(key, value)
+    return PartitionState(leader=r.integer("leader"), leader_epoch=r.integer("leader_epoch"),
+                          isr=r.ints("isr"), partition_epoch=r.integer("partition_epoch"))
