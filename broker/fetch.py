@@ -36,6 +36,11 @@ from groupwire.protocol.messages import (
 )
 from groupwire.protocol.steps import Steps, run_steps
 
+NO_LEADER_EPOCH = -1
+"""A fetch's ``current_leader_epoch`` that asks for no check (Kafka's value)."""
+SINGLE_BROKER_LEADER_EPOCH = 0
+"""The only leader epoch of a single broker's partitions (docs/protocol.md §4)."""
+
 log = get_logger("groupwire.fetch")
 
 TopicPartition = tuple[str, int]
@@ -354,6 +359,10 @@ class FetchManager:
         request = fetch.request
         if fetch.state is _State.DONE:
             return None
+        if request.replica_id >= 0:  # a follower's fetch: there are none without a cluster
+            return FetchResponse(error_code=ErrorCode.INVALID_REQUEST,
+                                 error_message="replica_id: replica fetches need cluster mode",
+                                 ), 0, True
         not_owned: frozenset[TopicPartition] = frozenset()
         if request.group is not None and self._fencing:
             check = self._coordinator.check_fetch(
@@ -380,6 +389,10 @@ class FetchManager:
                     ))
                     has_error = True
                     continue
+                if (fenced := self._epoch_error(tp, part.current_leader_epoch)) is not None:
+                    answers.append(fenced)
+                    has_error = True
+                    continue
                 if register:
                     self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(
@@ -398,6 +411,27 @@ class FetchManager:
         if fetch.state is _State.DONE:
             return None
         return FetchResponse(responses=topics), total, has_error
+
+    def _epoch_error(self, tp: TopicPartition, epoch: int) -> FetchPartitionData | None:
+        """Kafka's leader-epoch check of a fetch (KIP-320); -1 skips it. The single broker
+        leads every partition in epoch 0, so its answer never changes while parked. An
+        unknown partition is left to the read, which names it."""
+        if epoch in (NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH):
+            return None
+        try:
+            self._store.log(*tp)
+        except (KeyError, StorageError):
+            return None
+        topic, partition = tp
+        if epoch < SINGLE_BROKER_LEADER_EPOCH:
+            return FetchPartitionData(
+                partition_index=partition, error_code=ErrorCode.FENCED_LEADER_EPOCH,
+                error_message=f"current_leader_epoch {epoch} of {topic}-{partition} is older"
+                              f" than the leader's {SINGLE_BROKER_LEADER_EPOCH}")
+        return FetchPartitionData(
+            partition_index=partition, error_code=ErrorCode.UNKNOWN_LEADER_EPOCH,
+            error_message=f"current_leader_epoch {epoch} of {topic}-{partition} is newer"
+                          f" than the leader's {SINGLE_BROKER_LEADER_EPOCH}")
 
     def _read_partition(self, tp: TopicPartition, offset: int, limit: int, *,
                         first_batch_always: bool) -> tuple[FetchPartitionData, int]:

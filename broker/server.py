@@ -75,6 +75,7 @@ from groupwire.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetsForLeaderEpochRequest,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
@@ -583,6 +584,11 @@ class Broker:
         def list_offsets(conn: Peer, cid: int, request: ListOffsetsRequest) -> None:
             self._answer_sliced(conn, cid, request, topics.list_offsets_steps(request))
 
+        def offsets_for_leader_epoch(conn: Peer, cid: int,
+                                     request: OffsetsForLeaderEpochRequest) -> None:
+            self._answer_sliced(conn, cid, request,
+                                topics.offsets_for_leader_epoch_steps(request))
+
         return {
             ProduceRequest: produce,
             FetchRequest: fetch,
@@ -590,6 +596,7 @@ class Broker:
             MetadataRequest: metadata,
             FindCoordinatorRequest: answer(topics.find_coordinator),
             ListOffsetsRequest: list_offsets,
+            OffsetsForLeaderEpochRequest: offsets_for_leader_epoch,
             CreateTopicsRequest: answer_later(topics.create_topics),
             DeleteTopicsRequest: delete_topics,
             CreatePartitionsRequest: answer_later(topics.create_partitions),

@@ -1,6 +1,9 @@
 """Answers for the topic APIs: ApiVersions, Metadata, CreateTopics, DeleteTopics,
-CreatePartitions, Produce, ListOffsets and FindCoordinator. Group APIs go to the
-coordinator, Fetch to :mod:`broker.fetch`.
+CreatePartitions, Produce, ListOffsets, OffsetsForLeaderEpoch and FindCoordinator. Group
+APIs go to the coordinator, Fetch to :mod:`broker.fetch`.
+
+In single-broker mode this broker is node 0, the controller, and the leader, only replica
+and whole ISR of every partition, in leader epoch 0 (docs/protocol.md §4).
 
 Creating partitions (CreateTopics, CreatePartitions, Metadata's auto-creation) makes
 directories and files and fsyncs them: thousands of system calls for a large topic, so
@@ -16,7 +19,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from groupwire.broker.cluster.epochs import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEntry,
+    LeaderEpochCache,
+)
 from groupwire.broker.config import BrokerSettings
+from groupwire.broker.fetch import NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
@@ -41,6 +51,7 @@ from groupwire.protocol.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    EpochEndOffset,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ListOffsetsPartitionResponse,
@@ -52,6 +63,9 @@ from groupwire.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     MetadataTopic,
+    OffsetForLeaderTopicResult,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
@@ -62,6 +76,8 @@ from groupwire.protocol.steps import Steps, run_steps
 log = get_logger("groupwire.topics")
 
 NODE_ID = 0
+VALID_ACKS = (-1, 1)
+"""Produce's ``acks``: all (-1) or the leader (1); both mean "stored here" on one broker."""
 LATEST = -1
 EARLIEST = -2
 METADATA_STEP = 1000
@@ -213,15 +229,18 @@ class TopicApis:
                 continue
             partitions: list[MetadataPartition] = []
             for start in range(0, count, METADATA_STEP):  # a 10 000-partition topic: ~10 ms
-                partitions.extend(MetadataPartition(partition_index=p, leader_id=NODE_ID)
-                                  for p in range(start, min(start + METADATA_STEP, count)))
+                partitions.extend(
+                    MetadataPartition(partition_index=p, leader_id=NODE_ID,
+                                      leader_epoch=SINGLE_BROKER_LEADER_EPOCH,
+                                      replica_nodes=[NODE_ID], isr_nodes=[NODE_ID])
+                    for p in range(start, min(start + METADATA_STEP, count)))
                 yield
             topics.append(MetadataTopic(name=name, is_internal=store.is_internal(name),
                                         partitions=partitions))
         return MetadataResponse(
             brokers=[MetadataBroker(node_id=NODE_ID, host=self._settings.advertised,
                                     port=self._port())],
-            cluster_id=store.cluster_id, topics=topics,
+            cluster_id=store.cluster_id, controller_id=NODE_ID, topics=topics,
         )
 
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
@@ -324,6 +343,14 @@ class TopicApis:
         store = self._store
         wrote = False
         topics = []
+        if request.acks not in VALID_ACKS:
+            # Kafka answers every partition so; acks=0 would want no answer at all
+            return ProduceResponse(responses=[TopicProduceResponse(
+                name=topic.name, partition_responses=[PartitionProduceResponse(
+                    index=part.index, error_code=ErrorCode.INVALID_REQUIRED_ACKS,
+                    error_message=f"acks: -1 or 1, got {request.acks}")
+                    for part in topic.partition_data])
+                for topic in request.topic_data]), False
         for topic in request.topic_data:
             answers = []
             internal = store.is_internal(topic.name)
@@ -428,3 +455,51 @@ class TopicApis:
         offset, ts = found
         return ListOffsetsPartitionResponse(partition_index=partition, offset=offset,
                                             timestamp=ts)
+
+    def offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest,
+                                 ) -> OffsetsForLeaderEpochResponse:
+        return run_steps(self.offsets_for_leader_epoch_steps(request))
+
+    def offsets_for_leader_epoch_steps(self, request: OffsetsForLeaderEpochRequest,
+                                       ) -> Steps[OffsetsForLeaderEpochResponse]:
+        """A step per partition. Followers ask this; without a cluster there are none, but
+        consumers may (KIP-320), so only ``replica_id >= 0`` is refused."""
+        if request.replica_id >= 0:
+            return OffsetsForLeaderEpochResponse(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message="replica_id: replica requests need cluster mode")
+        topics = []
+        for topic in request.topics:
+            answers = []
+            for part in topic.partitions:
+                answers.append(self._epoch_end(topic.topic, part.partition,
+                                               part.current_leader_epoch, part.leader_epoch))
+                yield
+            topics.append(OffsetForLeaderTopicResult(topic=topic.topic, partitions=answers))
+        return OffsetsForLeaderEpochResponse(topics=topics)
+
+    def _epoch_end(self, topic: str, partition: int, current_epoch: int,
+                   epoch: int) -> EpochEndOffset:
+        count = self._store.partition_count(topic)
+        if count is None or not 0 <= partition < count:
+            return EpochEndOffset(
+                partition=partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=f"unknown topic or partition {topic}-{partition}")
+        if current_epoch not in (NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH):
+            older = current_epoch < SINGLE_BROKER_LEADER_EPOCH
+            return EpochEndOffset(
+                partition=partition,
+                error_code=(ErrorCode.FENCED_LEADER_EPOCH if older
+                            else ErrorCode.UNKNOWN_LEADER_EPOCH),
+                error_message=f"current_leader_epoch {current_epoch} of {topic}-{partition}"
+                              f" is {'older' if older else 'newer'} than the leader's"
+                              f" {SINGLE_BROKER_LEADER_EPOCH}")
+        if epoch < 0:  # no epoch: Kafka's UNDEFINED answer
+            return EpochEndOffset(partition=partition, leader_epoch=UNDEFINED_EPOCH,
+                                  end_offset=UNDEFINED_EPOCH_OFFSET)
+        plog = self._store.log(topic, partition)
+        # One epoch, 0, since the log's start: what a cluster's cache would hold here.
+        cache = LeaderEpochCache([EpochEntry(SINGLE_BROKER_LEADER_EPOCH,
+                                             plog.log_start_offset)])
+        answer_epoch, end = cache.end_offset_for(epoch, plog.log_end_offset)
+        return EpochEndOffset(partition=partition, leader_epoch=answer_epoch, end_offset=end)

@@ -41,6 +41,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    OFFSET_FOR_LEADER_EPOCH = 23
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
 
@@ -101,6 +102,7 @@ class MetadataBroker:
     node_id: Int32 = -1
     host: str = ""
     port: Int32 = -1
+    rack: str | None = None
 
 
 @_msg
@@ -109,6 +111,10 @@ class MetadataPartition:
     error_message: str | None = None
     partition_index: Int32 = -1
     leader_id: Int32 = -1
+    leader_epoch: Int32 = -1
+    replica_nodes: list[Int32] = field(default_factory=list)
+    isr_nodes: list[Int32] = field(default_factory=list)
+    offline_replicas: list[Int32] = field(default_factory=list)
 
 
 @_msg
@@ -125,6 +131,7 @@ class MetadataResponse(Response):
     API_KEY: ClassVar[ApiKey] = ApiKey.METADATA
     brokers: list[MetadataBroker] = field(default_factory=list)
     cluster_id: str = ""
+    controller_id: Int32 = -1
     topics: list[MetadataTopic] = field(default_factory=list)
 
 
@@ -231,7 +238,12 @@ class TopicProduceData:
 
 @_msg
 class ProduceRequest(Request):
+    """``acks`` is 1 or -1 (all); Kafka's 0 gets no answer, and every request here is
+    answered, so it is refused (docs/protocol.md §4)."""
+
     API_KEY: ClassVar[ApiKey] = ApiKey.PRODUCE
+    acks: Int32 = -1
+    timeout_ms: Int32 = 30000
     topic_data: list[TopicProduceData]
 
 
@@ -268,6 +280,7 @@ class ProduceResponse(Response):
 @_msg
 class FetchPartition:
     partition: Int32
+    current_leader_epoch: Int32 = -1
     fetch_offset: Int64
     partition_max_bytes: Int32 = 1048576
 
@@ -291,6 +304,7 @@ class FetchGroup:
 @_msg
 class FetchRequest(Request):
     API_KEY: ClassVar[ApiKey] = ApiKey.FETCH
+    replica_id: Int32 = -1
     max_wait_ms: Int32 = 500
     min_bytes: Int32 = 1
     max_bytes: Int32 = 52428800
@@ -681,6 +695,53 @@ class DeleteGroupsResponse(Response):
     results: list[DeletableGroupResult] = field(default_factory=list)
 
 
+# --- OffsetsForLeaderEpoch (23) ---------------------------------------------------------
+
+
+@_msg
+class OffsetForLeaderPartition:
+    partition: Int32
+    current_leader_epoch: Int32 = -1
+    leader_epoch: Int32
+
+
+@_msg
+class OffsetForLeaderTopic:
+    topic: str
+    partitions: list[OffsetForLeaderPartition]
+
+
+@_msg
+class OffsetsForLeaderEpochRequest(Request):
+    """Where each named epoch ends on the leader's log (KIP-101, KIP-279): a follower
+    asks it before fetching, to find where its own log diverged."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FOR_LEADER_EPOCH
+    replica_id: Int32 = -1
+    topics: list[OffsetForLeaderTopic]
+
+
+@_msg
+class EpochEndOffset:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    partition: Int32 = -1
+    leader_epoch: Int32 = -1
+    end_offset: Int64 = -1
+
+
+@_msg
+class OffsetForLeaderTopicResult:
+    topic: str = ""
+    partitions: list[EpochEndOffset] = field(default_factory=list)
+
+
+@_msg
+class OffsetsForLeaderEpochResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FOR_LEADER_EPOCH
+    topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
+
+
 # --- Registry ---------------------------------------------------------------------------
 
 REQUEST_TYPES: dict[ApiKey, type[Request]] = {
@@ -690,7 +751,7 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         ProduceRequest, FetchRequest, ListOffsetsRequest, FindCoordinatorRequest,
         JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
-        DeleteGroupsRequest, DeleteTopicsRequest,
+        DeleteGroupsRequest, DeleteTopicsRequest, OffsetsForLeaderEpochRequest,
     )
 }
 RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
@@ -700,7 +761,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         ProduceResponse, FetchResponse, ListOffsetsResponse, FindCoordinatorResponse,
         JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
-        DeleteGroupsResponse, DeleteTopicsResponse,
+        DeleteGroupsResponse, DeleteTopicsResponse, OffsetsForLeaderEpochResponse,
     )
 }
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}

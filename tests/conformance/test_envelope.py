@@ -42,7 +42,7 @@ async def test_unknown_keys_are_ignored_at_every_level(conn: WireConn) -> None:
     body = await conn.call(Api.FETCH, {
         "max_wait_ms": 0, "isolation_level": 1, "session_id": 7,
         "topics": [{"topic": "extra-keys", "topic_id": b"\x00" * 16, "partitions": [
-            {"partition": 0, "fetch_offset": 0, "current_leader_epoch": 3}]}],
+            {"partition": 0, "fetch_offset": 0, "last_fetched_epoch": 3}]}],
     })
     assert body["error_code"] == Err.NONE
     assert body["responses"][0]["partitions"][0]["records"] == with_offset(data, 0)

@@ -44,11 +44,12 @@ class Api:
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    OFFSET_FOR_LEADER_EPOCH = 23
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
 
 
-ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 37, 42)
+ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 23, 37, 42)
 
 
 class Err:
@@ -61,6 +62,7 @@ class Err:
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_NOT_AVAILABLE = 15
     INVALID_TOPIC_EXCEPTION = 17
+    INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
     INVALID_GROUP_ID = 24
@@ -74,6 +76,8 @@ class Err:
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
@@ -278,11 +282,14 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
         "max_frame_bytes": "int",
     },
     Api.METADATA: {
-        "brokers": [{"node_id": "int", "host": "str", "port": "int"}],
+        "brokers": [{"node_id": "int", "host": "str", "port": "int", "rack": "str?"}],
         "cluster_id": "str",
+        "controller_id": "int",
         "topics": [{"error_code": "int", "name": "str", "is_internal": "bool",
                     "partitions": [{"error_code": "int", "partition_index": "int",
-                                    "leader_id": "int"}]}],
+                                    "leader_id": "int", "leader_epoch": "int",
+                                    "replica_nodes": ["int"], "isr_nodes": ["int"],
+                                    "offline_replicas": ["int"]}]}],
     },
     Api.CREATE_TOPICS: {
         "topics": [{"name": "str", "error_code": "int", "num_partitions": "int",
@@ -303,6 +310,11 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "str", "partitions": [
             {"partition_index": "int", "error_code": "int", "timestamp": "long",
              "offset": "long"}]}],
+    },
+    Api.OFFSET_FOR_LEADER_EPOCH: {
+        "topics": [{"topic": "str", "partitions": [
+            {"error_code": "int", "partition": "int", "leader_epoch": "int",
+             "end_offset": "long"}]}],
     },
     Api.FIND_COORDINATOR: {"node_id": "int", "host": "str", "port": "int"},
     Api.JOIN_GROUP: {

@@ -84,6 +84,7 @@ REQUESTS: dict[int, Struct] = {
         ("wait_ms", "int", 0),
     ),
     1: struct(
+        ("replica_id", "int", -1),
         ("max_wait_ms", "int", 500),
         ("min_bytes", "int", 1),
         ("max_bytes", "int", 52428800),
@@ -97,6 +98,7 @@ REQUESTS: dict[int, Struct] = {
                         Arr(
                             struct(
                                 ("partition", "int"),
+                                ("current_leader_epoch", "int", -1),
                                 ("fetch_offset", "long"),
                                 ("partition_max_bytes", "int", 1048576),
                             )
@@ -142,9 +144,115 @@ REQUESTS: dict[int, Struct] = {
             ),
         ),
     ),
+    0: struct(
+        ("acks", "int", -1),
+        ("timeout_ms", "int", 30000),
+        (
+            "topic_data",
+            Arr(
+                struct(
+                    ("name", "str"),
+                    ("partition_data", Arr(struct(("index", "int"), ("records", "bin")))),
+                )
+            ),
+        ),
+    ),
+    3: struct(
+        ("topics", Opt(Arr(struct(("name", "str")))), None),
+        ("allow_auto_topic_creation", "bool", True),
+    ),
+    23: struct(
+        ("replica_id", "int", -1),
+        (
+            "topics",
+            Arr(
+                struct(
+                    ("topic", "str"),
+                    (
+                        "partitions",
+                        Arr(
+                            struct(
+                                ("partition", "int"),
+                                ("current_leader_epoch", "int", -1),
+                                ("leader_epoch", "int"),
+                            )
+                        ),
+                    ),
+                )
+            ),
+        ),
+    ),
 }
 
 RESPONSES: dict[int, Struct] = {
+    3: response(
+        (
+            "brokers",
+            Arr(
+                struct(
+                    ("node_id", "int", -1),
+                    ("host", "str", ""),
+                    ("port", "int", -1),
+                    ("rack", Opt("str"), None),
+                )
+            ),
+            [],
+        ),
+        ("cluster_id", "str", ""),
+        ("controller_id", "int", -1),
+        (
+            "topics",
+            Arr(
+                struct(
+                    *error_entry(
+                        ("name", "str", ""),
+                        ("is_internal", "bool", False),
+                        (
+                            "partitions",
+                            Arr(
+                                struct(
+                                    *error_entry(
+                                        ("partition_index", "int", -1),
+                                        ("leader_id", "int", -1),
+                                        ("leader_epoch", "int", -1),
+                                        ("replica_nodes", Arr("int"), []),
+                                        ("isr_nodes", Arr("int"), []),
+                                        ("offline_replicas", Arr("int"), []),
+                                    )
+                                )
+                            ),
+                            [],
+                        ),
+                    )
+                )
+            ),
+            [],
+        ),
+    ),
+    23: response(
+        (
+            "topics",
+            Arr(
+                struct(
+                    ("topic", "str", ""),
+                    (
+                        "partitions",
+                        Arr(
+                            struct(
+                                *error_entry(
+                                    ("partition", "int", -1),
+                                    ("leader_epoch", "int", -1),
+                                    ("end_offset", "long", -1),
+                                )
+                            )
+                        ),
+                        [],
+                    ),
+                )
+            ),
+            [],
+        ),
+    ),
     18: response(
         (
             "api_keys",

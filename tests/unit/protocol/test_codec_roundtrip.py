@@ -24,7 +24,7 @@ from groupwire.protocol.codec import (
     peek_response_correlation_id,
 )
 from groupwire.protocol.codegen import Generator
-from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode, MalformedRequestError
 
 from .message_strategies import message_strategy
 
@@ -123,10 +123,12 @@ def test_request_omits_only_none_valued_fields_whose_default_is_none() -> None:
         group=m.FetchGroup(group_id="g", member_id="c", generation_id=2),
     )
     body = msgpack.unpackb(encode_request(1, fetch))[4]
-    assert list(body) == ["max_wait_ms", "min_bytes", "max_bytes", "topics", "group"]
+    assert list(body) == ["replica_id", "max_wait_ms", "min_bytes", "max_bytes", "topics",
+                          "group"]
     assert body["group"] == {"group_id": "g", "member_id": "c", "generation_id": 2}
     assert body["topics"][0]["partitions"][0] == {
-        "partition": 0, "fetch_offset": 5, "partition_max_bytes": 1048576
+        "partition": 0, "current_leader_epoch": -1, "fetch_offset": 5,
+        "partition_max_bytes": 1048576
     }  # fmt: skip
     metadata_all = msgpack.unpackb(encode_request(1, m.MetadataRequest()))[4]
     assert metadata_all == {"allow_auto_topic_creation": True}
@@ -242,3 +244,61 @@ def test_decoded_default_lists_are_not_shared() -> None:
     a: Any = decode_message(m.JoinGroupResponse, {})
     b: Any = decode_message(m.JoinGroupResponse, {})
     assert a.members == [] and a.members is not b.members
+
+
+# --- cluster-mode fields (issue 15): older clients leave them out -------------------------
+
+
+def _decode_old(api_key: int, body: dict[str, Any]) -> m.Request:
+    return decode_request(msgpack.packb([api_key, 0, 5, "old", body], use_bin_type=True)).request
+
+
+def test_an_old_produce_decodes_to_acks_all_and_the_default_timeout() -> None:
+    request = _decode_old(0, {"topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]})
+    assert isinstance(request, m.ProduceRequest)
+    assert (request.acks, request.timeout_ms) == (-1, 30000)
+
+
+def test_an_old_fetch_decodes_as_a_consumer_without_an_epoch_check() -> None:
+    request = _decode_old(1, {"topics": [
+        {"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 3}]}]})
+    assert isinstance(request, m.FetchRequest)
+    assert request.replica_id == -1
+    assert request.topics[0].partitions[0].current_leader_epoch == -1
+
+
+def test_an_old_metadata_answer_decodes_to_the_cluster_field_defaults() -> None:
+    payload = msgpack.packb([2, {"error_code": 0, "cluster_id": "c",
+                                 "brokers": [{"node_id": 0, "host": "h", "port": 1}],
+                                 "topics": [{"error_code": 0, "name": "t", "is_internal": False,
+                                             "partitions": [{"error_code": 0,
+                                                             "partition_index": 0,
+                                                             "leader_id": 0}]}]}])
+    _, response = decode_response(payload, m.MetadataResponse)
+    assert response.controller_id == -1
+    assert response.brokers[0].rack is None
+    partition = response.topics[0].partitions[0]
+    assert (partition.leader_epoch, partition.replica_nodes, partition.isr_nodes,
+            partition.offline_replicas) == (-1, [], [], [])
+
+
+def test_offsets_for_leader_epoch_by_hand() -> None:
+    request = m.OffsetsForLeaderEpochRequest(topics=[m.OffsetForLeaderTopic(
+        topic="t", partitions=[m.OffsetForLeaderPartition(partition=2, leader_epoch=4)])])
+    assert msgpack.unpackb(encode_request(9, request, client_id=None)) == [
+        23, 0, 9, None,
+        {"replica_id": -1, "topics": [{"topic": "t", "partitions": [
+            {"partition": 2, "current_leader_epoch": -1, "leader_epoch": 4}]}]},
+    ]  # fmt: skip
+    assert m.SUPPORTED_VERSIONS[m.ApiKey.OFFSET_FOR_LEADER_EPOCH] == (0, 0)
+    with pytest.raises(MalformedRequestError, match=r"topics\[0\].partitions\[0\].leader_epoch"):
+        _decode_old(23, {"topics": [{"topic": "t", "partitions": [{"partition": 0}]}]})
+
+
+def test_the_cluster_error_codes_and_their_retriability() -> None:
+    expected = {6: True, 8: False, 9: True, 15: True, 19: True, 20: True, 21: False,
+                41: True, 74: True, 75: True}
+    assert {code: ErrorCode(code).retriable for code in expected} == expected
+    assert ErrorCode(21).name == "INVALID_REQUIRED_ACKS"
+    assert ErrorCode(6).name == "NOT_LEADER_OR_FOLLOWER"
