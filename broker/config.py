@@ -67,6 +67,22 @@ class BrokerSettings:
     loop_slice_ms: int = 5
     log_format: str = "auto"
     log_level: str = "info"
+    node_id: int = 0
+    etcd_endpoints: str = ""
+    cluster_name: str = "groupwire"
+    rack: str = ""
+    etcd_lease_ttl_ms: int = 2000
+    default_replication_factor: int = 3
+    offsets_topic_replication_factor: int = 3
+    min_insync_replicas: int = 2
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1024 * 1024
+
+    @property
+    def clustered(self) -> bool:
+        """Cluster mode: brokers share an etcd (docs/design/cluster.md)."""
+        return bool(self.etcd_endpoints)
 
     @property
     def advertised(self) -> str:
@@ -202,6 +218,29 @@ OPTIONS: tuple[Option, ...] = (
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",
            choices=("debug", "info", "warning", "error")),
+    Option("node_id", "this broker's id in a cluster, unique among its brokers",
+           _at_least(0)),
+    Option("etcd_endpoints",
+           "comma-separated etcd URLs (http://host:2379,...); set, the broker joins a "
+           "cluster whose metadata lives there; empty: a single broker"),
+    Option("cluster_name", "the cluster's name: its keys live under /groupwire/NAME/ in etcd"),
+    Option("rack", "this broker's rack: replicas of a partition go to different racks"),
+    Option("etcd_lease_ttl_ms",
+           "a broker whose lease keep-alives stop is out of the cluster after this "
+           "(rounded up to whole seconds)", _at_least(1000)),
+    Option("default_replication_factor",
+           "replicas of a topic created without a factor (cluster mode)", _at_least(1)),
+    Option("offsets_topic_replication_factor",
+           "replicas of each __consumer_offsets partition; created once this many brokers "
+           "are live (cluster mode)", _at_least(1)),
+    Option("min_insync_replicas",
+           "in-sync replicas an acks=all produce needs (cluster mode)", _at_least(1)),
+    Option("replica_lag_time_max_ms",
+           "a follower not caught up for this long leaves the ISR", _at_least(1)),
+    Option("replica_fetch_wait_max_ms",
+           "longest a follower's fetch waits at the leader for new records", _at_least(0)),
+    Option("replica_fetch_max_bytes",
+           "bytes a follower asks for per partition in one fetch", _at_least(1024)),
 )
 
 _DEFAULTS = BrokerSettings()
@@ -298,6 +337,10 @@ def validate(settings: BrokerSettings) -> None:
             "--queued-max-request-bytes: must be at least --max-frame-bytes, so that "
             "every frame the broker accepts can be held"
         )
+    for url in etcd_urls(settings):
+        if not url.startswith("http://") or len(url) <= len("http://"):
+            raise SettingsError(
+                f"--etcd-endpoints: expected http://HOST:PORT URLs, got {url!r}")
     if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
         raise SettingsError(
             "--group-min-session-timeout-ms: must not exceed --group-max-session-timeout-ms"
@@ -309,3 +352,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
     parser = argparse.ArgumentParser(prog="groupwire broker")
     add_arguments(parser)
     return resolve(parser.parse_args(list(argv)), environ)
+
+
+def etcd_urls(settings: BrokerSettings) -> list[str]:
+    """``--etcd-endpoints`` as a list (empty in single-broker mode)."""
+    return [u.strip() for u in settings.etcd_endpoints.split(",") if u.strip()]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from groupwire.broker.coordinator import Coordinator
+from groupwire.broker.leadership import NO_LEADER_EPOCH, Leadership, SingleBroker
 from groupwire.broker.logs import get_logger
 from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
 from groupwire.broker.storage import TopicStore
@@ -35,11 +36,6 @@ from groupwire.protocol.messages import (
     FetchTopicResponse,
 )
 from groupwire.protocol.steps import Steps, run_steps
-
-NO_LEADER_EPOCH = -1
-"""A fetch's ``current_leader_epoch`` that asks for no check (Kafka's value)."""
-SINGLE_BROKER_LEADER_EPOCH = 0
-"""The only leader epoch of a single broker's partitions (docs/protocol.md §4)."""
 
 log = get_logger("groupwire.fetch")
 
@@ -92,11 +88,23 @@ class _Fetch:
 
 class FetchManager:
     def __init__(self, store: TopicStore, coordinator: Coordinator, *, max_response_bytes: int,
-                 ownership_fencing: bool, slice_s: float) -> None:
+                 ownership_fencing: bool, slice_s: float,
+                 leadership: Leadership | None = None,
+                 replica_fetched: Callable[[TopicPartition, int, int], None] | None = None,
+                 ) -> None:
+        """``replica_fetched(tp, node, fetch_offset)``: in a cluster, a follower's fetch
+        tells the leader how far its log reaches (None: a single broker refuses them)."""
         self._store = store
+        self._leadership: Leadership = (SingleBroker(store.partition_count)
+                                        if leadership is None else leadership)
+        self._replica_fetched = replica_fetched
         self._coordinator = coordinator
         self._max_response_bytes = max_response_bytes
         self._fencing = ownership_fencing
+        self.coordinates: Callable[[str], bool] = lambda _group: True
+        """Whether this broker coordinates a group: only then can it check a fetch's
+        ownership (in a cluster, other leaders serve it unchecked; commits stay fenced
+        by the coordinator)."""
         self._slice_s = slice_s
         self._waiters: dict[TopicPartition, set[_Fetch]] = {}
         self._by_conn: dict[int, set[_Fetch]] = {}
@@ -211,15 +219,19 @@ class FetchManager:
     def _recheck(self, fetch: _Fetch, tp: TopicPartition) -> None:
         """Re-read one moved partition for ``fetch``; complete it if it now has enough."""
         request = fetch.request
-        if request.group is not None and self._fencing:
+        if request.group is not None and self._fencing \
+                and self.coordinates(request.group.group_id):
             check = self._coordinator.check_fetch(request.group, (tp,))
             if check.error_code != ErrorCode.NONE or check.not_owned:
                 fetch.error = True
+        if not fetch.error and self._epoch_error(tp, NO_LEADER_EPOCH) is not None:
+            fetch.error = True
         if not fetch.error:
             offset, partition_max = fetch.waiting_on[tp]
             budget = min(request.max_bytes, self._max_response_bytes)
             answer, size = self._read_partition(tp, offset, min(partition_max, budget),
-                                                first_batch_always=True)
+                                                first_batch_always=True,
+                                                replica=request.replica_id >= 0)
             if answer.error_code != ErrorCode.NONE:
                 fetch.error = True
             fetch.ready += size - fetch.have.get(tp, 0)
@@ -359,12 +371,14 @@ class FetchManager:
         request = fetch.request
         if fetch.state is _State.DONE:
             return None
-        if request.replica_id >= 0:  # a follower's fetch: there are none without a cluster
+        replica = request.replica_id >= 0
+        if replica and self._replica_fetched is None:  # no followers without a cluster
             return FetchResponse(error_code=ErrorCode.INVALID_REQUEST,
                                  error_message="replica_id: replica fetches need cluster mode",
                                  ), 0, True
         not_owned: frozenset[TopicPartition] = frozenset()
-        if request.group is not None and self._fencing:
+        if request.group is not None and self._fencing \
+                and self.coordinates(request.group.group_id):
             check = self._coordinator.check_fetch(
                 request.group,
                 [(t.topic, p.partition) for t in request.topics for p in t.partitions])
@@ -393,11 +407,13 @@ class FetchManager:
                     answers.append(fenced)
                     has_error = True
                     continue
+                if replica and self._replica_fetched is not None:
+                    self._replica_fetched(tp, request.replica_id, part.fetch_offset)
                 if register:
                     self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(
                     tp, part.fetch_offset, min(part.partition_max_bytes, budget - total),
-                    first_batch_always=total == 0,
+                    first_batch_always=total == 0, replica=replica,
                 )
                 if answer.error_code != ErrorCode.NONE:
                     has_error = True
@@ -413,28 +429,20 @@ class FetchManager:
         return FetchResponse(responses=topics), total, has_error
 
     def _epoch_error(self, tp: TopicPartition, epoch: int) -> FetchPartitionData | None:
-        """Kafka's leader-epoch check of a fetch (KIP-320); -1 skips it. The single broker
-        leads every partition in epoch 0, so its answer never changes while parked. An
-        unknown partition is left to the read, which names it."""
-        if epoch in (NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH):
+        """Whether this broker leads the partition in the client's epoch (KIP-320; -1
+        skips the epoch check). Re-reads of a parked fetch check again: leadership may
+        have moved meanwhile."""
+        refusal = self._leadership.check(tp[0], tp[1], epoch)
+        if refusal is None:
             return None
-        try:
-            self._store.log(*tp)
-        except (KeyError, StorageError):
-            return None
-        topic, partition = tp
-        if epoch < SINGLE_BROKER_LEADER_EPOCH:
-            return FetchPartitionData(
-                partition_index=partition, error_code=ErrorCode.FENCED_LEADER_EPOCH,
-                error_message=f"current_leader_epoch {epoch} of {topic}-{partition} is older"
-                              f" than the leader's {SINGLE_BROKER_LEADER_EPOCH}")
-        return FetchPartitionData(
-            partition_index=partition, error_code=ErrorCode.UNKNOWN_LEADER_EPOCH,
-            error_message=f"current_leader_epoch {epoch} of {topic}-{partition} is newer"
-                          f" than the leader's {SINGLE_BROKER_LEADER_EPOCH}")
+        return FetchPartitionData(partition_index=tp[1], error_code=refusal.code,
+                                  error_message=refusal.message)
 
     def _read_partition(self, tp: TopicPartition, offset: int, limit: int, *,
-                        first_batch_always: bool) -> tuple[FetchPartitionData, int]:
+                        first_batch_always: bool, replica: bool = False,
+                        ) -> tuple[FetchPartitionData, int]:
+        """``replica``: a follower reads up to the log end, consumers below the high
+        watermark."""
         topic, partition = tp
         try:
             plog = self._store.log(topic, partition)
@@ -444,7 +452,8 @@ class FetchManager:
                 error_message=f"unknown topic or partition {topic}-{partition}",
             ), 0
         try:
-            data = plog.read(offset, max(limit, 0), first_batch_always=first_batch_always)
+            data = plog.read(offset, max(limit, 0), first_batch_always=first_batch_always,
+                             to_log_end=replica)
         except StorageError as exc:
             if exc.code == ErrorCode.CORRUPT_MESSAGE:
                 log.error("corrupt_batch", topic=topic, partition=partition,

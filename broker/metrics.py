@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -258,3 +259,47 @@ def _api_name(api_key: int) -> str:
         return RESPONSE_TYPES[ApiKey(api_key)].__name__.removesuffix("Response")
     except (ValueError, KeyError):
         return "Unknown"
+
+
+class ClusterView(Protocol):
+    """What the cluster metrics read from a broker's :class:`ClusterNode`."""
+
+    def cluster_counters(self) -> dict[str, int]: ...
+    def cluster_gauges(self) -> dict[str, int]: ...
+
+
+_CLUSTER_COUNTERS: Final = {
+    "isr_shrinks": "ISR shrinks this broker wrote as a partition leader",
+    "isr_expands": "ISR expansions this broker wrote as a partition leader",
+    "leader_elections": "Partitions this broker became the leader of",
+    "controller_elections": "Times this broker became the controller",
+    "group_events_dropped": "Group events dropped while no leader of __group_events took them",
+}
+_CLUSTER_GAUGES: Final = {
+    "leader_partitions": "Partitions this broker leads",
+    "under_replicated_partitions": "Led partitions whose ISR is smaller than their replicas",
+    "offline_partitions": "Partitions without a leader (reported by the controller only)",
+    "is_controller": "1 while this broker is the controller",
+    "fenced": "1 while this broker has lost its etcd lease and leads nothing",
+    "live_brokers": "Brokers registered in etcd, as this broker sees them",
+}
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self._view.cluster_counters()
+        for name, text in _CLUSTER_COUNTERS.items():
+            yield CounterMetricFamily(f"groupwire_cluster_{name}", text,
+                                      value=counters.get(name, 0))
+        gauges = self._view.cluster_gauges()
+        for name, text in _CLUSTER_GAUGES.items():
+            yield GaugeMetricFamily(f"groupwire_cluster_{name}", text,
+                                    value=gauges.get(name, 0))
+
+
+def watch_cluster(metrics: BrokerMetrics, view: ClusterView) -> None:
+    """Cluster mode: the ``groupwire_cluster_*`` families (docs/reference/metrics.md)."""
+    metrics.registry.register(_ClusterCollector(view))

@@ -67,17 +67,24 @@ class OffsetsLog:
     def replay(self) -> Iterator[GroupRecord]:
         """Every record, in log order, for ``Coordinator.load``; learns the live keys."""
         for partition in range(self._partitions):
-            live = self._live[partition]
-            for rec in self._store.scan(OFFSETS_TOPIC, partition):
-                if rec.key is None:
-                    continue
-                self._records[partition] += 1
-                self._remember(live, rec.key, rec.value, rec.timestamp_ms)
-                try:
-                    yield record_from_kv(rec.key, rec.value)
-                except ValueError as exc:
-                    log.error("group_record_unreadable", partition=partition,
-                              offset=rec.offset, error=str(exc))
+            yield from self.replay_partition(partition)
+
+    def replay_partition(self, partition: int) -> Iterator[GroupRecord]:
+        """One partition's records, in log order, for ``Coordinator.load_partition``
+        (a broker that became its leader): its live keys are learnt afresh, since as a
+        follower this broker copied records without looking at them."""
+        live = self._live[partition] = {}
+        self._records[partition] = 0
+        for rec in self._store.scan(OFFSETS_TOPIC, partition):
+            if rec.key is None:
+                continue
+            self._records[partition] += 1
+            self._remember(live, rec.key, rec.value, rec.timestamp_ms)
+            try:
+                yield record_from_kv(rec.key, rec.value)
+            except ValueError as exc:
+                log.error("group_record_unreadable", partition=partition,
+                          offset=rec.offset, error=str(exc))
 
     def write(self, records: Sequence[GroupRecord], now_ms: int) -> list[int]:
         """Append the records (one batch per partition); returns the partitions written.

@@ -38,14 +38,18 @@ from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.offsets_api import LONG_COMMIT, commit_size
 from groupwire.broker.coordinator.records import GroupMetadataRecord
 from groupwire.broker.durability import Durability
+from groupwire.broker.etcd.store import MetadataStore
 from groupwire.broker.fetch import FetchManager
 from groupwire.broker.heap import HeapSettler
 from groupwire.broker.host import Peer
+from groupwire.broker.leadership import Leadership, SingleBroker
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
-from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth
+from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
+from groupwire.broker.replication.cluster_apis import ClusterApis
+from groupwire.broker.replication.node import ClusterNode, ClusterStartError
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
@@ -55,8 +59,10 @@ from groupwire.broker.storage.handles import (
     raise_nofile_limit,
 )
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
+from groupwire.protocol.batches import MIN_BATCH_SIZE, read_header
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -66,6 +72,7 @@ from groupwire.protocol.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
+    ElectLeadersRequest,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -109,10 +116,20 @@ class Broker:
 
     def __init__(self, settings: BrokerSettings, *,
                  clock: Callable[[], int] = wall_clock_ms,
-                 file_ops: FileOps | None = None, settle_heap: bool = False) -> None:
+                 file_ops: FileOps | None = None, settle_heap: bool = False,
+                 metadata_store: MetadataStore | None = None) -> None:
         """``file_ops`` replaces storage's system calls (tests inject disk failures);
         ``settle_heap``: the broker owns its process and freezes long-lived objects
-        (``broker.heap``)."""
+        (``broker.heap``); ``metadata_store``: in cluster mode, what stands in for etcd
+        (tests pass an in-memory one shared by their brokers)."""
+        self._metadata_store = metadata_store
+        self.cluster: ClusterNode | None = None
+        """This broker's part in a cluster (``--etcd-endpoints``); None when alone."""
+        self._offsets_partitions = 1
+        self._hosted: set[int] = set()
+        """Cluster mode: offsets partitions whose groups are loaded here."""
+        self._loads: dict[int, asyncio.Task[None]] = {}
+        """Cluster mode: offsets partitions being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
         self.heap = HeapSettler(settle_heap)
         self.settings = settings
         self._file_ops = file_ops
@@ -190,20 +207,40 @@ class Broker:
             log.warning("log_recovered", **report)
         if store.strays_removed:
             log.warning("stray_partitions_removed", directories=store.strays_removed)
-        coordinator = Coordinator(settings.coordinator_config(), store.partition_count)
+        coordinator = Coordinator(settings.coordinator_config(), store.partition_count,
+                                  offsets_partitions=store.offsets_partitions)
+        self._offsets_partitions = store.offsets_partitions
         self.coordinator = coordinator
         self.renew_heartbeat = coordinator.renew
+
         self._offsets_log = OffsetsLog(
             store, compact_min_records=settings.offsets_compact_min_records)
-        records = list(self._offsets_log.replay())
+        # In a cluster, groups are loaded per offsets partition as this broker comes to
+        # lead it (``_offsets_roles``); a single broker loads them all now.
+        records = [] if settings.clustered else list(self._offsets_log.replay())
         now = self.clock()
         coordinator.load(records, now)
+        leadership: Leadership = SingleBroker(store.partition_count)
+        if settings.clustered:
+            self.cluster = ClusterNode(
+                settings, store, metadata_store=self._metadata_store,
+                on_high_watermark=lambda tp: self._roles_changed({tp}))
+            leadership = self.cluster.leadership
+        leaders = None if self.cluster is None else self.cluster.leaders
         self._fetches = FetchManager(
             store, coordinator, max_response_bytes=settings.max_frame_bytes - BATCH_OVERHEAD,
-            ownership_fencing=settings.ownership_fencing, slice_s=self._slice_s)
+            ownership_fencing=settings.ownership_fencing, slice_s=self._slice_s,
+            leadership=leadership,
+            replica_fetched=None if leaders is None else leaders.follower_fetched)
+        fetches = self._fetches
+
+        def appended(topic: str, partition: int) -> None:
+            fetches.appended(topic, partition)
+            if leaders is not None:
+                leaders.appended((topic, partition))
         self._topics = TopicApis(settings, store, port=lambda: self._port,
-                                 on_append=self._fetches.appended,
-                                 on_created=self.heap.after_growth)
+                                 on_append=appended,
+                                 on_created=self.heap.after_growth, leadership=leadership)
         self._durability = Durability(store, settings.storage_config().fsync,
                                       settings.flush_interval_ms, self._fetches.wake)
         self._durability.start()
@@ -224,6 +261,18 @@ class Broker:
         except OSError as exc:
             raise StartupError(_cannot_listen("--metrics-port", settings.host,
                                               settings.metrics_port, exc)) from exc
+        if self.cluster is not None:
+            coordinator.set_hosting(self._coordinates, self._loading_group)
+            watch_cluster(self.metrics, self.cluster)
+            self._fetches.coordinates = self._coordinates
+            try:
+                await self.cluster.start(settings.advertised, self._port,
+                                         ensure_local=self._topics.ensure_local,
+                                         delete_local=self._delete_local,
+                                         on_roles=self._roles_changed,
+                                         append_events=self._append_events)
+            except ClusterStartError as exc:
+                raise StartupError(str(exc)) from exc
         self._listening = True
         self.heap.at_start()
         self._retention_task = loop.create_task(self._retention_loop())
@@ -338,6 +387,11 @@ class Broker:
             log.info("broker_stopping")
         if self._server is not None:
             self._server.close()
+        if self.cluster is not None:  # leave first: others take over our partitions
+            with contextlib.suppress(Exception):
+                await self.cluster.close()
+        for load in self._loads.values():
+            load.cancel()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -529,9 +583,19 @@ class Broker:
                 if not wrote:
                     conn.reply(cid, response)
                     return
-                durability.after_write(
-                    lambda err: conn.reply(cid, response if err is None
-                                           else _storage_failed_produce(response, err)))
+                durability.after_write(lambda err: written(response, err))
+
+            def written(response: ProduceResponse, err: StorageError | None) -> None:
+                if err is not None:
+                    conn.reply(cid, _storage_failed_produce(response, err))
+                elif self.cluster is not None and request.acks == -1:
+                    # Answered once the ISR has it; later requests go on meanwhile.
+                    task = asyncio.get_running_loop().create_task(
+                        self._replicated(conn, cid, request, response))
+                    self._deferred.add(task)
+                    task.add_done_callback(self._deferred.discard)
+                else:
+                    conn.reply(cid, response)
             self._sliced(conn, cid, request, topics.produce_steps(request), produced)
 
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
@@ -553,17 +617,7 @@ class Broker:
             if not deleted:
                 conn.reply(cid, response)
                 return
-            for name, count in deleted.items():
-                for p in range(count):
-                    fetches.appended(name, p)
-            fetches.wake()  # parked fetches on them answer UNKNOWN_TOPIC_OR_PARTITION
-            self.heap.after_shrink()
-            coordinator = self.coordinator
-            assert coordinator is not None
-            # The topics are gone once meta.json is written; offsets whose tombstones do
-            # not make it to disk are dropped again at the next start, so the answer does
-            # not depend on them (it waits for them only to be durable when it can).
-            self.execute(coordinator.delete_topic_offsets(list(deleted)))
+            self._topics_deleted(deleted)
             durability.after_write(lambda _err: conn.reply(cid, response))
 
         def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
@@ -589,6 +643,14 @@ class Broker:
             self._answer_sliced(conn, cid, request,
                                 topics.offsets_for_leader_epoch_steps(request))
 
+        if self.cluster is not None:
+            return self._cluster_handlers(ClusterApis(self.settings, self.cluster), {
+                ProduceRequest: produce,
+                FetchRequest: fetch,
+                ApiVersionsRequest: answer(lambda _: topics.api_versions()),
+                ListOffsetsRequest: list_offsets,
+                OffsetsForLeaderEpochRequest: offsets_for_leader_epoch,
+            })
         return {
             ProduceRequest: produce,
             FetchRequest: fetch,
@@ -600,6 +662,155 @@ class Broker:
             CreateTopicsRequest: answer_later(topics.create_topics),
             DeleteTopicsRequest: delete_topics,
             CreatePartitionsRequest: answer_later(topics.create_partitions),
+            ElectLeadersRequest: answer(topics.elect_leaders),
+        }
+
+    async def _replicated(self, conn: Peer, cid: int, request: ProduceRequest,
+                          response: ProduceResponse) -> None:
+        """An acks=all answer: each appended batch waits for the high watermark to pass
+        it, at most the request's ``timeout_ms`` (REQUEST_TIMED_OUT then; the records
+        may still become visible)."""
+        assert self.cluster is not None
+        leaders = self.cluster.leaders
+        counts = {(t.name, p.index): read_header(p.records).record_count
+                  for t in request.topic_data for p in t.partition_data
+                  if len(p.records) >= MIN_BATCH_SIZE}
+        waits: list[tuple[PartitionProduceResponse, Coroutine[Any, Any, ErrorCode]]] = []
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                if part.error_code == ErrorCode.NONE:
+                    end = part.base_offset + counts.get((topic.name, part.index), 1)
+                    waits.append((part, leaders.acked((topic.name, part.index), end,
+                                                      max(request.timeout_ms, 0))))
+        codes = await asyncio.gather(*(w for _, w in waits))
+        failed = {id(part): code for (part, _), code in zip(waits, codes, strict=True)
+                  if code != ErrorCode.NONE}
+        if failed:
+            response = dataclasses.replace(response, responses=[
+                dataclasses.replace(topic, partition_responses=[
+                    part if id(part) not in failed else dataclasses.replace(
+                        part, error_code=failed[id(part)], base_offset=-1,
+                        error_message=_ack_failure(failed[id(part)], request.timeout_ms))
+                    for part in topic.partition_responses])
+                for topic in response.responses])
+        conn.reply(cid, response)
+
+    def _coordinates(self, group_id: str) -> bool:
+        """Cluster mode: whether this broker serves the group (leads its offsets
+        partition, and has loaded it)."""
+        return coordinator_partition(group_id, self._offsets_partitions) in self._hosted
+
+    def _loading_group(self, group_id: str) -> bool:
+        return coordinator_partition(group_id, self._offsets_partitions) in self._loads
+
+    def _offsets_roles(self, partitions: set[tuple[str, int]]) -> None:
+        """Cluster mode: load the groups of offsets partitions this broker came to lead
+        (answering COORDINATOR_LOAD_IN_PROGRESS meanwhile), unload those it lost (their
+        parked requests answer NOT_COORDINATOR), as Kafka's coordinator does."""
+        assert self.cluster is not None
+        coordinator = self.coordinator
+        assert coordinator is not None
+        led = self.cluster.leadership.led
+        for topic, p in sorted(partitions):
+            if topic != OFFSETS_TOPIC:
+                continue
+            leads = (topic, p) in led
+            if leads and p not in self._hosted and p not in self._loads:
+                self._loads[p] = asyncio.get_running_loop().create_task(
+                    self._load_offsets_partition(p, led[(topic, p)]))
+            elif not leads and (p in self._hosted or p in self._loads):
+                self._hosted.discard(p)
+                load = self._loads.pop(p, None)
+                if load is not None:
+                    load.cancel()
+                self.execute(coordinator.unload_partition(p, self.clock()))
+                log.info("groups_unloaded", partition=p)
+
+    async def _load_offsets_partition(self, p: int, leader_epoch: int) -> None:
+        """Read the partition's records a slice at a time, then load them in one step."""
+        offsets_log, coordinator = self._offsets_log, self.coordinator
+        assert offsets_log is not None and coordinator is not None and self.cluster is not None
+        t0 = time.perf_counter()
+        records = []
+        deadline = time.perf_counter() + self._slice_s
+        try:
+            for record in offsets_log.replay_partition(p):
+                records.append(record)
+                if time.perf_counter() >= deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.perf_counter() + self._slice_s
+        except StorageError as exc:
+            log.error("groups_not_loaded", partition=p, error=str(exc))
+            self._loads.pop(p, None)
+            return
+        if self.cluster.leadership.led.get((OFFSETS_TOPIC, p)) != leader_epoch:
+            self._loads.pop(p, None)
+            return  # lost it meanwhile: _offsets_roles unloaded it
+        self.execute(coordinator.load_partition(p, records, self.clock()))
+        self._loads.pop(p, None)
+        self._hosted.add(p)
+        log.info("groups_loaded", partition=p, records=len(records), leader_epoch=leader_epoch,
+                 load_ms=round((time.perf_counter() - t0) * 1000, 1))
+
+    def _topics_deleted(self, deleted: dict[str, int]) -> None:
+        """After topics left the store: their parked fetches answer
+        UNKNOWN_TOPIC_OR_PARTITION, their committed offsets are tombstoned."""
+        fetches = self._fetches
+        assert fetches is not None
+        for name, count in deleted.items():
+            for p in range(count):
+                fetches.appended(name, p)
+        fetches.wake()
+        self.heap.after_shrink()
+        coordinator = self.coordinator
+        assert coordinator is not None
+        # The topics are gone once meta.json is written; offsets whose tombstones do
+        # not make it to disk are dropped again at the next start, so the answer does
+        # not depend on them (it waits for them only to be durable when it can).
+        self.execute(coordinator.delete_topic_offsets(list(deleted)))
+
+    def _delete_local(self, names: list[str]) -> None:
+        """A cluster topic is gone from etcd: drop this broker's replicas of it."""
+        topics = self._topics
+        assert topics is not None
+        _response, deleted = topics.delete_topics(DeleteTopicsRequest(topic_names=names))
+        if deleted:
+            self._topics_deleted(deleted)
+
+    def _roles_changed(self, partitions: set[tuple[str, int]]) -> None:
+        """Leadership here moved: parked fetches on those partitions look again, and
+        offsets partitions' groups are loaded or unloaded."""
+        fetches = self._fetches
+        assert fetches is not None
+        if self.cluster is not None and self.coordinator is not None:
+            self._offsets_roles(partitions)
+        for topic, p in partitions:
+            fetches.appended(topic, p)
+        fetches.wake()
+
+    def _cluster_handlers(self, apis: ClusterApis, local: dict[type, Callable[..., None]],
+                          ) -> dict[type, Callable[..., None]]:
+        """Cluster mode: topics, brokers and coordinators come from etcd's metadata."""
+        def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
+            if apis.auto_creates(request):
+                self._defer(conn, cid, request, apis.metadata_creating(request), reply=True)
+            else:
+                self._answer_sliced(conn, cid, request, apis.metadata_steps(request))
+
+        def later(api: Callable[[Any], Coroutine[Any, Any, Response]]) -> Callable[..., None]:
+            def handle(conn: Peer, cid: int, request: Request) -> None:
+                self._defer(conn, cid, request, api(request), reply=True)
+            return handle
+
+        return {
+            **local,
+            MetadataRequest: metadata,
+            FindCoordinatorRequest: lambda conn, cid, request: conn.reply(
+                cid, apis.find_coordinator(request)),
+            CreateTopicsRequest: later(apis.create_topics),
+            CreatePartitionsRequest: later(apis.create_partitions),
+            DeleteTopicsRequest: later(apis.delete_topics),
+            ElectLeadersRequest: later(apis.elect_leaders),
         }
 
     def _sliced(self, conn: Peer, cid: int, request: Request, steps: Steps[T],
@@ -666,24 +877,58 @@ class Broker:
         if result.events:
             self._emit(result.events)
         if result.records or prepared is not None:
-            failed = self._persist(result, prepared)
+            failed, ends = self._persist(result, prepared)
             assert self._durability is not None
             replies = result.replies
 
-            def written(err: StorageError | None) -> None:
-                lost = failed or err is not None
-                if lost and on_failure is not None:
+            def settled(failure: ErrorCode | None) -> None:
+                if failure is not None and on_failure is not None:
                     on_failure()
-                self._send_replies(replies, lost)
-                if lost:
+                self._send_replies(replies, failure)
+                if failure is not None:
                     self._group_writes_failed(result)
+
+            def written(err: StorageError | None) -> None:
+                if failed or err is not None:
+                    settled(ErrorCode.KAFKA_STORAGE_ERROR)
+                elif self.cluster is not None and ends:
+                    # Answered once the ISR has the records: a commit outlives its
+                    # coordinator (the offsets topic is written with acks=all).
+                    self._spawn(self._group_writes_replicated(ends, settled))
+                else:
+                    settled(None)
 
             self._durability.after_write(written)
         elif result.replies:
-            self._send_replies(result.replies, False)
+            self._send_replies(result.replies, None)
 
-    def _persist(self, result: Result, prepared: PreparedWrite | None = None) -> bool:
-        """Write the result's records; True if that failed (the replies must say so)."""
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
+
+    async def _group_writes_replicated(self, ends: dict[int, int],
+                                       settled: Callable[[ErrorCode | None], None]) -> None:
+        """Wait for the offsets partitions written to be replicated up to ``ends``, then
+        settle the replies: Kafka's mapping of a failed offsets append, NOT_COORDINATOR
+        if this broker stopped leading, COORDINATOR_NOT_AVAILABLE otherwise."""
+        assert self.cluster is not None
+        leaders = self.cluster.leaders
+        codes = await asyncio.gather(*(
+            leaders.acked((OFFSETS_TOPIC, p), end, GROUP_WRITE_TIMEOUT_MS)
+            for p, end in ends.items()))
+        failure = None
+        for code in codes:
+            if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                failure = ErrorCode.NOT_COORDINATOR
+            elif code != ErrorCode.NONE and failure is None:
+                failure = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        settled(failure)
+
+    def _persist(self, result: Result, prepared: PreparedWrite | None = None,
+                 ) -> tuple[bool, dict[int, int]]:
+        """Write the result's records: whether that failed (the replies must say so),
+        and the log end of each offsets partition written."""
         offsets_log = self._offsets_log
         assert offsets_log is not None
         try:
@@ -696,13 +941,19 @@ class Broker:
             count = len(result.records) + (
                 prepared.header.record_count if prepared is not None else 0)
             log.error("group_records_not_written", error=str(exc), records=count)
-            return True
+            return True, {}
+        store = self.store
+        assert store is not None
+        ends = {}
         for p in partitions:
+            ends[p] = store.log(OFFSETS_TOPIC, p).log_end_offset
             if self._fetches is not None:
                 self._fetches.appended(OFFSETS_TOPIC, p)
+            if self.cluster is not None:
+                self.cluster.leaders.appended((OFFSETS_TOPIC, p))
             if p not in self._compactions and offsets_log.needs_compaction(p):
                 self._compact(p)
-        return False
+        return False, ends
 
     def _compact(self, partition: int) -> None:
         """Compact a ``__consumer_offsets`` partition in the background, a snapshot batch
@@ -725,15 +976,17 @@ class Broker:
 
         self._compactions[partition] = asyncio.get_running_loop().create_task(run())
 
-    def _send_replies(self, replies: tuple[object, ...], storage_failed: bool) -> None:
+    def _send_replies(self, replies: tuple[object, ...], failure: ErrorCode | None) -> None:
+        """``failure``: why the records were not stored (storage, or replication in a
+        cluster): commits answer it per partition, SyncGroup COORDINATOR_NOT_AVAILABLE."""
         for reply in replies:
             conn = self._connections.get(reply.conn_id)  # type: ignore[attr-defined]
             if conn is None:
                 continue
             response: Response = reply.response  # type: ignore[attr-defined]
-            if storage_failed:
+            if failure is not None:
                 if isinstance(response, OffsetCommitResponse):
-                    response = _storage_failed_commit(response)
+                    response = _failed_commit(response, failure)
                 elif isinstance(response, SyncGroupResponse) and response.error_code == 0:
                     response = _STORAGE_FAILED_SYNC
             conn.reply(reply.correlation_id, response)  # type: ignore[attr-defined]
@@ -759,13 +1012,26 @@ class Broker:
             self._count_event(event)
             items.append((event.group_id.encode(), msgpack.packb(value, use_bin_type=True),
                           event.ts_ms))
+        if self.cluster is not None and self.cluster.events is not None:
+            self.cluster.events.submit(items)
+            return
+        self._append_events(items)
+
+    def _append_events(self, items: list[tuple[bytes, bytes, int]]) -> bool:
+        """Append group events to this broker's ``__group_events`` (in a cluster, only
+        while it leads that partition); False if they could not be written."""
+        store = self.store
+        assert store is not None
         try:
             store.append_kv(EVENTS_TOPIC, 0, items)
         except StorageError as exc:
             log.error("group_events_not_written", error=str(exc), events=len(items))
-            return
+            return False
         if self._fetches is not None:
             self._fetches.appended(EVENTS_TOPIC, 0)
+        if self.cluster is not None:
+            self.cluster.leaders.appended((EVENTS_TOPIC, 0))
+        return True
 
     def _count_event(self, event: GroupEvent) -> None:
         m = self.metrics
@@ -818,6 +1084,10 @@ class Broker:
         self._wake_at(self._timers.next_deadline())
 
 
+GROUP_WRITE_TIMEOUT_MS: Final = 5000
+"""How long a group write waits for its ISR (Kafka's offsets.commit.timeout.ms)."""
+
+
 def _cannot_listen(flag: str, host: str, port: int, exc: OSError) -> str:
     """Name the port that failed and the flag that chose it (the client or metrics one)."""
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -828,6 +1098,15 @@ def _cannot_listen(flag: str, host: str, port: int, exc: OSError) -> str:
 
 def _not_started(conn_id: int, heartbeat: HeartbeatFields, now_ms: int) -> Renewal | None:
     return None
+
+
+def _ack_failure(code: ErrorCode, timeout_ms: int) -> str:
+    if code == ErrorCode.REQUEST_TIMED_OUT:
+        return (f"the in-sync replicas did not all have the batch within timeout_ms "
+                f"({timeout_ms}); it may still become visible")
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+        return "appended, but the ISR shrank below --min-insync-replicas before it was copied"
+    return "this broker stopped leading the partition before the batch was copied"
 
 
 def _storage_failed_produce(response: ProduceResponse, error: Exception) -> ProduceResponse:
@@ -872,11 +1151,19 @@ def _reply_fetch(conn: Peer, cid: int, response: FetchResponse, *, long: bool = 
     conn.reply(cid, response)
 
 
-def _storage_failed_commit(response: OffsetCommitResponse) -> OffsetCommitResponse:
-    code = ErrorCode.KAFKA_STORAGE_ERROR
+_COMMIT_FAILURES: Final = {
+    ErrorCode.KAFKA_STORAGE_ERROR: "offset not written: storage error",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE:
+        "offset not replicated to --min-insync-replicas in time: commit again",
+    ErrorCode.NOT_COORDINATOR: "the coordinator moved before the offset was replicated",
+}
+
+
+def _failed_commit(response: OffsetCommitResponse,
+                   code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> OffsetCommitResponse:
     return OffsetCommitResponse(topics=[
         OffsetCommitResponseTopic(name=t.name, partitions=[
             OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code,
-                                          error_message="offset not written: storage error")
+                                          error_message=_COMMIT_FAILURES[code])
             for p in t.partitions])
         for t in response.topics])

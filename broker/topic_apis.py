@@ -26,10 +26,15 @@ from groupwire.broker.cluster.epochs import (
     LeaderEpochCache,
 )
 from groupwire.broker.config import BrokerSettings
-from groupwire.broker.fetch import NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH
+from groupwire.broker.leadership import (
+    SINGLE_BROKER_LEADER_EPOCH,
+    Leadership,
+    SingleBroker,
+)
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.metadata import EVENTS_TOPIC
 from groupwire.broker.storage.topic_store import Creation
 from groupwire.protocol.batches import (
     CorruptBatchError,
@@ -51,6 +56,8 @@ from groupwire.protocol.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     EpochEndOffset,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -66,9 +73,11 @@ from groupwire.protocol.messages import (
     OffsetForLeaderTopicResult,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
+    PartitionElectionResult,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+    ReplicaElectionResult,
     TopicProduceResponse,
 )
 from groupwire.protocol.steps import Steps, run_steps
@@ -89,9 +98,13 @@ BATCH_OVERHEAD = 65536
 class TopicApis:
     def __init__(self, settings: BrokerSettings, store: TopicStore, *, port: Callable[[], int],
                  on_append: Callable[[str, int], None],
-                 on_created: Callable[[], None] = lambda: None) -> None:
-        """``on_created`` runs on the loop once a creation's partitions exist."""
+                 on_created: Callable[[], None] = lambda: None,
+                 leadership: Leadership | None = None) -> None:
+        """``on_created`` runs on the loop once a creation's partitions exist;
+        ``leadership`` says which partitions this broker serves (all, alone)."""
         self._settings = settings
+        self._leadership: Leadership = (SingleBroker(store.partition_count)
+                                        if leadership is None else leadership)
         self._store = store
         self._port = port
         self._on_append = on_append
@@ -145,6 +158,18 @@ class TopicApis:
         if error is None:
             self._on_created()
         return error
+
+    async def ensure_local(self, name: str, partitions: int) -> StorageError | None:
+        """This broker's replicas of a cluster topic: created, or grown, to ``partitions``
+        (the replica manager's path; the cluster decided, so no request is answered)."""
+        try:
+            if self._store.partition_count(name) is None:
+                creation = self._store.begin_create_topic(name, partitions)
+            else:
+                creation = self._store.begin_create_partitions(name, partitions)
+        except StorageError as exc:
+            return exc
+        return await self._build(creation)
 
     def api_versions(self) -> ApiVersionsResponse:
         return ApiVersionsResponse(
@@ -355,16 +380,22 @@ class TopicApis:
             answers = []
             internal = store.is_internal(topic.name)
             for part in topic.partition_data:
-                answer = yield from self._append_one(topic.name, part.index, part.records,
-                                                     internal, limit)
+                answer = yield from self._append_one(
+                    topic.name, part.index, part.records,
+                    internal and not self._forwarded_events(request, topic.name),
+                    limit, request.acks)
                 wrote = wrote or answer.error_code == ErrorCode.NONE
                 answers.append(answer)
                 yield
             topics.append(TopicProduceResponse(name=topic.name, partition_responses=answers))
         return ProduceResponse(responses=topics), wrote
 
+    def _forwarded_events(self, request: ProduceRequest, topic: str) -> bool:
+        """Cluster mode: group events another coordinator forwards to this leader."""
+        return request.internal and self._settings.clustered and topic == EVENTS_TOPIC
+
     def _append_one(self, topic: str, partition: int, batch: bytes, internal: bool,
-                    limit: int) -> Steps[PartitionProduceResponse]:
+                    limit: int, acks: int = -1) -> Steps[PartitionProduceResponse]:
         """Check one batch, yielding inside a big one's check, then append it, yielding
         between the pieces of a big one's write; it counts (is readable, has offsets)
         only once written whole (docs/protocol.md §5.2)."""
@@ -382,8 +413,10 @@ class TopicApis:
         if internal:
             return fail(ErrorCode.INVALID_TOPIC_EXCEPTION,
                         f"{topic} is internal: produce is refused")
-        if (gone := unknown()) is not None:
-            return gone
+        if (refusal := self._leadership.check(topic, partition)) is not None:
+            return fail(refusal.code, refusal.message)
+        if acks == -1 and (refusal := self._leadership.acks_all(topic, partition)) is not None:
+            return fail(refusal.code, refusal.message)
         if len(batch) > limit:
             return fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"batch of {len(batch)} bytes is over the {limit}-byte limit")
@@ -433,11 +466,10 @@ class TopicApis:
 
     def _list_one(self, topic: str, partition: int, timestamp: int,
                   ) -> ListOffsetsPartitionResponse:
-        count = self._store.partition_count(topic)
-        if count is None or not 0 <= partition < count:
-            return ListOffsetsPartitionResponse(
-                partition_index=partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"unknown topic or partition {topic}-{partition}")
+        if (refusal := self._leadership.check(topic, partition)) is not None:
+            return ListOffsetsPartitionResponse(partition_index=partition,
+                                                error_code=refusal.code,
+                                                error_message=refusal.message)
         plog = self._store.log(topic, partition)
         if timestamp == LATEST:
             return ListOffsetsPartitionResponse(partition_index=partition,
@@ -464,7 +496,7 @@ class TopicApis:
                                        ) -> Steps[OffsetsForLeaderEpochResponse]:
         """A step per partition. Followers ask this; without a cluster there are none, but
         consumers may (KIP-320), so only ``replica_id >= 0`` is refused."""
-        if request.replica_id >= 0:
+        if request.replica_id >= 0 and not self._settings.clustered:
             return OffsetsForLeaderEpochResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
                 error_message="replica_id: replica requests need cluster mode")
@@ -480,20 +512,9 @@ class TopicApis:
 
     def _epoch_end(self, topic: str, partition: int, current_epoch: int,
                    epoch: int) -> EpochEndOffset:
-        count = self._store.partition_count(topic)
-        if count is None or not 0 <= partition < count:
-            return EpochEndOffset(
-                partition=partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=f"unknown topic or partition {topic}-{partition}")
-        if current_epoch not in (NO_LEADER_EPOCH, SINGLE_BROKER_LEADER_EPOCH):
-            older = current_epoch < SINGLE_BROKER_LEADER_EPOCH
-            return EpochEndOffset(
-                partition=partition,
-                error_code=(ErrorCode.FENCED_LEADER_EPOCH if older
-                            else ErrorCode.UNKNOWN_LEADER_EPOCH),
-                error_message=f"current_leader_epoch {current_epoch} of {topic}-{partition}"
-                              f" is {'older' if older else 'newer'} than the leader's"
-                              f" {SINGLE_BROKER_LEADER_EPOCH}")
+        if (refusal := self._leadership.check(topic, partition, current_epoch)) is not None:
+            return EpochEndOffset(partition=partition, error_code=refusal.code,
+                                  error_message=refusal.message)
         if epoch < 0:  # no epoch: Kafka's UNDEFINED answer
             return EpochEndOffset(partition=partition, leader_epoch=UNDEFINED_EPOCH,
                                   end_offset=UNDEFINED_EPOCH_OFFSET)
@@ -503,3 +524,34 @@ class TopicApis:
                                              plog.log_start_offset)])
         answer_epoch, end = cache.end_offset_for(epoch, plog.log_end_offset)
         return EpochEndOffset(partition=partition, leader_epoch=answer_epoch, end_offset=end)
+
+    def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        """Node 0 is every partition's only replica and already leads it: each partition
+        named (nil: every one stored) answers ELECTION_NOT_NEEDED, as Kafka's does for
+        a partition its preferred replica leads."""
+        if request.election_type != 0:
+            return ElectLeadersResponse(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"election_type: only 0 (preferred) is supported, got "
+                              f"{request.election_type}: leaders are never elected "
+                              f"outside the ISR")
+        store = self._store
+        named = ([(name, list(range(count))) for name, count in sorted(store.topics().items())]
+                 if request.topic_partitions is None
+                 else [(t.topic, t.partitions) for t in request.topic_partitions])
+        results = []
+        for topic, partitions in named:
+            count = store.partition_count(topic)
+            answers = []
+            for p in partitions:
+                if count is None or not 0 <= p < count:
+                    answers.append(PartitionElectionResult(
+                        partition_id=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        error_message=f"unknown topic or partition {topic}-{p}"))
+                else:
+                    answers.append(PartitionElectionResult(
+                        partition_id=p, error_code=ErrorCode.ELECTION_NOT_NEEDED,
+                        error_message=f"{topic}-{p} is already led by its preferred "
+                                      f"replica {NODE_ID}"))
+            results.append(ReplicaElectionResult(topic=topic, partition_result=answers))
+        return ElectLeadersResponse(replica_election_results=results)

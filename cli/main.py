@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from groupwire.broker.config import SettingsError
-from groupwire.cli import broker, demo, groups, health, records, report, topics
+from groupwire.cli import broker, cluster, demo, groups, health, records, report, topics
 from groupwire.cli.chaos import command as chaos
 from groupwire.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from groupwire.client.cluster import SOFTWARE_VERSION
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     topics.register(sub)
     groups.register(sub)
+    cluster.register(sub)
     records.register(sub)  # produce, consume
     chaos.register(sub)
     report.register(sub)

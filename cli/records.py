@@ -41,6 +41,9 @@ def register(subparsers: Any) -> None:
                    help="split each line into KEY SEP VALUE (overrides --key)")
     p.add_argument("--partition", type=non_negative_int,
                    help="partition to write to (default: by key, else sticky per batch)")
+    p.add_argument("--acks", choices=["1", "-1", "all"], default="all",
+                   help="wait for the leader (1) or every in-sync replica (all, -1: the "
+                        "default); a single broker answers both once stored")
     add_connection_flags(p)
     p.set_defaults(func=produce)
 
@@ -66,7 +69,8 @@ def produce(args: argparse.Namespace) -> int:
     """Send records until stdin ends or a signal stops it; a summary of what landed."""
 
     async def main(stop: Stop) -> int:
-        async with Producer(args.bootstrap, client_id=CLIENT_ID,
+        acks: int | str = "all" if args.acks == "all" else int(args.acks)
+        async with Producer(args.bootstrap, client_id=CLIENT_ID, acks=acks,
                             request_timeout_ms=args.timeout_ms) as producer:
             partitions = await producer.partitions_for(args.topic)  # an unknown topic: now
             if args.partition is not None and args.partition not in partitions:

@@ -24,8 +24,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("names", nargs="+", metavar="TOPIC", help="topic names to create")
     p.add_argument("--partitions", type=positive_int, default=-1,
                    help="partitions per topic (default: the broker's --num-partitions)")
-    p.add_argument("--replication-factor", type=positive_int, default=1,
-                   help="replicas per partition; only 1 is supported (default 1)")
+    p.add_argument("--replication-factor", type=positive_int, default=-1,
+                   help="replicas per partition (default: the broker's "
+                        "--default-replication-factor in a cluster; 1 on a single broker)")
     p.add_argument("--if-not-exists", action="store_true",
                    help="do not fail when a topic already exists")
     add_connection_flags(p)

@@ -1,17 +1,21 @@
 """The Admin client: topics, groups, committed offsets, lag and offset resets.
 
-Every method is one or two requests over the shared :class:`~client.cluster.Cluster`
-connection (a single broker is every group's coordinator). Results are plain frozen
-dataclasses so the CLI can print them as tables or JSON.
+Every method is one or two requests over the shared :class:`~client.cluster.Cluster`:
+CreateTopics, CreatePartitions, DeleteTopics and ElectLeaders go to the controller
+Metadata names (again, after fresh metadata, when a broker answers NOT_CONTROLLER),
+ListOffsets to each partition's leader, the rest to the bootstrap broker (a single broker
+is every group's coordinator). Results are plain frozen dataclasses so the CLI can print
+them as tables or JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from groupwire.client.cluster import Cluster
+from groupwire.client.cluster import Cluster, backoff_s
 from groupwire.client.errors import (
     BrokerResponseError,
     NonEmptyGroupError,
@@ -34,12 +38,14 @@ from groupwire.protocol.messages import (
     DeleteTopicsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ElectLeadersTopic,
     ListGroupsRequest,
     ListGroupsResponse,
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopic,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -61,11 +67,12 @@ EARLIEST = -2
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """A topic to create; -1 partitions means the broker's default."""
+    """A topic to create; -1 means the broker's default (partitions, replication
+    factor)."""
 
     name: str
     num_partitions: int = -1
-    replication_factor: int = 1
+    replication_factor: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,46 @@ class TopicDescription:
     name: str
     partitions: int
     internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """The live brokers and the controller (-1: none now), from Metadata."""
+
+    cluster_id: str
+    controller_id: int
+    brokers: list[BrokerDescription]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    """Who holds a partition: ``leader`` -1 when none is elected; ``offline_replicas``
+    are replicas whose broker is not live."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def unavailable(self) -> bool:
+        return self.leader < 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +194,7 @@ class Admin:
     # --- topics ---------------------------------------------------------------------------
 
     async def create_topics(self, topics: str | Sequence[str | TopicSpec],
-                            num_partitions: int = -1, replication_factor: int = 1, *,
+                            num_partitions: int = -1, replication_factor: int = -1, *,
                             exist_ok: bool = False) -> dict[str, int]:
         """Create topics; returns partitions per created topic.
 
@@ -160,7 +207,7 @@ class Admin:
         resp = await self._send(CreateTopicsRequest(topics=[
             CreatableTopic(name=s.name, num_partitions=s.num_partitions,
                            replication_factor=s.replication_factor) for s in specs]),
-            CreateTopicsResponse)
+            CreateTopicsResponse, controller=True)
         out: dict[str, int] = {}
         for r in resp.topics:
             if r.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and exist_ok:
@@ -179,7 +226,7 @@ class Admin:
         """
         names = [topics] if isinstance(topics, str) else list(topics)
         resp = await self._send(DeleteTopicsRequest(topic_names=names, timeout_ms=timeout_ms),
-                                DeleteTopicsResponse)
+                                DeleteTopicsResponse, controller=True)
         return {r.name: (None if r.error_code == ErrorCode.NONE
                          else error_for(r.error_code, r.error_message or f"topic {r.name!r}"))
                 for r in resp.responses}
@@ -187,7 +234,8 @@ class Admin:
     async def create_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions."""
         resp = await self._send(CreatePartitionsRequest(
-            topics=[CreatePartitionsTopic(name=topic, count=total)]), CreatePartitionsResponse)
+            topics=[CreatePartitionsTopic(name=topic, count=total)]), CreatePartitionsResponse,
+            controller=True)
         for r in resp.results:
             _raise_for(r.error_code, r.error_message, f"topic {r.name!r}", r.name)
 
@@ -212,21 +260,64 @@ class Admin:
 
         For a timestamp past every record the answer is -1 (no such record).
         """
-        by_topic: dict[str, list[ListOffsetsPartition]] = {}
-        for tp, ts in specs.items():
-            by_topic.setdefault(tp.topic, []).append(
-                ListOffsetsPartition(partition_index=tp.partition, timestamp=ts))
-        if not by_topic:
-            return {}
-        resp = await self._send(ListOffsetsRequest(topics=[
-            ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
-            ListOffsetsResponse)
-        out: dict[TopicPartition, int] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
-                out[TopicPartition(t.name, p.partition_index)] = p.offset
-        return out
+        return await self._cluster.list_offsets(
+            {TopicPartition(*tp): ts for tp, ts in specs.items()})
+
+    # --- cluster --------------------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The live brokers, by node id, and which one is the controller."""
+        md = await self._metadata([])
+        return ClusterDescription(md.cluster_id, md.controller_id, [
+            BrokerDescription(b.node_id, b.host, b.port, b.rack, b.node_id == md.controller_id)
+            for b in sorted(md.brokers, key=lambda b: b.node_id)])
+
+    async def describe_partitions(self, topics: Sequence[str] | None = None,
+                                  ) -> list[PartitionDescription]:
+        """Leader, epoch, replicas, ISR and offline replicas of every partition of
+        ``topics`` (an unknown one raises), or of every topic, internal ones included."""
+        md = await self._metadata(None if topics is None else list(topics))
+        out: list[PartitionDescription] = []
+        for t in md.topics:
+            if t.error_code != ErrorCode.NONE:
+                _raise_for(t.error_code, t.error_message, f"topic {t.name!r}", t.name)
+            out.extend(PartitionDescription(
+                t.name, p.partition_index, p.leader_id, p.leader_epoch, list(p.replica_nodes),
+                list(p.isr_nodes), list(p.offline_replicas))
+                for p in sorted(t.partitions, key=lambda p: p.partition_index))
+        return sorted(out, key=lambda d: (d.topic, d.partition))
+
+    async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,
+                            timeout_ms: int | None = None,
+                            ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """Move leadership back to each partition's preferred (first) replica; None:
+        every partition. Per partition None (elected) or the error whose ``code`` says
+        why not: ELECTION_NOT_NEEDED (it already leads), PREFERRED_LEADER_NOT_AVAILABLE
+        (not live or not in the ISR), UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT.
+
+        Sent to the controller. ``timeout_ms`` is how long it waits for the new leaders
+        (default: half the request timeout, so its answer comes within that)."""
+        topics: list[ElectLeadersTopic] | None = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+            topics = [ElectLeadersTopic(topic=t, partitions=sorted(set(ps)))
+                      for t, ps in by_topic.items()]
+        wait_ms = self._cluster.request_timeout_ms // 2 if timeout_ms is None else timeout_ms
+        resp = await self._send(ElectLeadersRequest(
+            election_type=0, topic_partitions=topics, timeout_ms=wait_ms),
+            ElectLeadersResponse, controller=True)
+        return {TopicPartition(r.topic, p.partition_id): (
+            None if p.error_code == ErrorCode.NONE
+            else error_for(p.error_code, p.error_message or f"{r.topic}[{p.partition_id}]"))
+            for r in resp.replica_election_results for p in r.partition_result}
+
+    async def _metadata(self, topics: list[str] | None) -> MetadataResponse:
+        """Metadata as the broker sent it (brokers' racks, replicas and ISRs included)."""
+        return await self._send(MetadataRequest(
+            topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False), MetadataResponse)
 
     # --- groups ---------------------------------------------------------------------------
 
@@ -377,11 +468,46 @@ class Admin:
 
     # --- plumbing -------------------------------------------------------------------------
 
-    async def _send(self, request: Request, rtype: type[R]) -> R:
-        resp = await self._cluster.send(request, response_type=rtype)
+    async def _send(self, request: Request, rtype: type[R], *, controller: bool = False) -> R:
+        resp = await (self._send_to_controller(request, rtype) if controller
+                      else self._cluster.send(request, response_type=rtype))
         if resp.error_code != ErrorCode.NONE:
             _raise_for(resp.error_code, resp.error_message, request.API_KEY.name)
         return resp
+
+    async def _send_to_controller(self, request: Request, rtype: type[R]) -> R:
+        """To ``controller_id`` from Metadata (the bootstrap broker while it is unknown);
+        a NOT_CONTROLLER answer reads metadata again and resends, until the request
+        timeout. The non-controller refuses the whole request, so resending it is safe."""
+        cluster = self._cluster
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cluster.request_timeout_ms / 1000
+        attempt = 0
+        if cluster.metadata_cache is None:
+            await cluster.refresh_metadata()
+        while True:
+            node = cluster.controller_id
+            timeout_ms = max(int((deadline - loop.time()) * 1000), 1)
+            if node < 0:
+                resp = await cluster.send(request, response_type=rtype, timeout_ms=timeout_ms)
+            else:
+                resp = await cluster.send_to(node, request, response_type=rtype,
+                                             timeout_ms=timeout_ms)
+            if ErrorCode.NOT_CONTROLLER not in _codes(resp):
+                return resp
+            delay = backoff_s(attempt, cluster.retry_backoff_ms, cluster.retry_backoff_max_ms)
+            if loop.time() + delay >= deadline:
+                return resp  # raises NOT_CONTROLLER for its topics
+            attempt += 1
+            cluster.mark_stale()
+            await cluster.refresh_metadata()
+
+
+def _codes(resp: Response) -> set[int]:
+    """Every error code of a topic API's answer: its own and its topics'."""
+    items = (getattr(resp, "topics", None) or getattr(resp, "responses", None)
+             or getattr(resp, "results", None) or [])
+    return {resp.error_code, *(getattr(r, "error_code", ErrorCode.NONE) for r in items)}
 
 
 def _raise_for(code: int, message: str | None, what: str, name: str | None = None) -> None:
@@ -414,6 +540,7 @@ def _topics(data: bytes) -> list[str] | None:
 
 
 __all__ = [
-    "EARLIEST", "LATEST", "Admin", "GroupDescription", "GroupListing", "MemberDescription",
+    "EARLIEST", "LATEST", "Admin", "BrokerDescription", "ClusterDescription",
+    "GroupDescription", "GroupListing", "MemberDescription", "PartitionDescription",
     "PartitionLag", "TopicDescription", "TopicSpec",
 ]

@@ -1,8 +1,17 @@
-"""The client's view of the cluster: a checked connection, retries, metadata, coordinators.
+"""The client's view of the cluster: checked connections, retries, metadata, leaders.
 
 Producer, Consumer and Admin share this one shell so that connecting (ApiVersions first,
 backoff with jitter across the bootstrap list), retrying idempotent requests after a lost
 connection and reading Metadata behave the same everywhere.
+
+Each Metadata answer gives the brokers, the controller and every partition's leader and
+leader epoch; :meth:`Cluster.send_to` sends to one node over a connection opened on
+demand, so Produce, Fetch and ListOffsets go to the partition's leader and the topic
+APIs to the controller, as Kafka's clients route them. A lost node connection or an
+answer saying the leader moved (:data:`STALE_METADATA_ERRORS`) marks the metadata stale;
+the next use refreshes it, at most once per backoff, concurrent callers sharing one
+request. A cluster of one broker (single-broker mode) is reached through the bootstrap
+connection whatever address it advertises, as before.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import asyncio
 import contextlib
 import random
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Final, TypeVar
@@ -20,11 +30,12 @@ from groupwire.client.errors import (
     BrokerNotAvailableError,
     ClientClosedError,
     ConnectionClosedError,
+    GroupwireError,
     IncompatibleBrokerError,
     RequestTimedOutError,
     error_for,
 )
-from groupwire.client.types import parse_bootstrap
+from groupwire.client.types import TopicPartition, parse_bootstrap
 from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from groupwire.protocol.messages import (
@@ -34,6 +45,10 @@ from groupwire.protocol.messages import (
     ApiVersionsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
@@ -49,6 +64,15 @@ IDEMPOTENT_APIS: Final = frozenset({
     ApiKey.API_VERSIONS,
 })
 """Requests that may be sent again after a lost connection without changing the outcome."""
+
+STALE_METADATA_ERRORS: Final = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.BROKER_NOT_AVAILABLE,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+})
+"""Partition answers meaning the client's leaders are out of date (Kafka's clients refresh
+metadata on the same ones): routed again after a refresh."""
 
 CLOSED_HANDSHAKE_ROUNDS: Final = 3
 """Rounds in which every address closed the connection before answering ApiVersions
@@ -117,22 +141,39 @@ def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLeader:
+    """Who leads a partition, in which leader epoch (-1: none elected / unknown)."""
+
+    node_id: int
+    epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterMetadata:
-    """One Metadata answer: partitions per topic, which are internal, per-topic errors."""
+    """One Metadata answer: partitions per topic, which are internal, per-topic errors,
+    the brokers, the controller and each partition's leader."""
 
     partitions: dict[str, int] = field(default_factory=dict)
     internal: frozenset[str] = frozenset()
     errors: dict[str, int] = field(default_factory=dict)
     brokers: list[tuple[int, str, int]] = field(default_factory=list)
     cluster_id: str = ""
+    controller_id: int = -1
+    leaders: dict[TopicPartition, PartitionLeader] = field(default_factory=dict)
 
     def partitions_for(self, topic: str) -> int | None:
         """The topic's partition count, or None if it is unknown (or errored)."""
         return self.partitions.get(topic)
 
 
+def _read_exception(task: asyncio.Task[ClusterMetadata]) -> None:
+    """A shared refresh whose every waiter was cancelled: its error is not news."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Cluster:
-    """Connections to the cluster (one broker today) for one client."""
+    """Connections to the cluster's brokers for one client."""
 
     def __init__(self, bootstrap: str | list[str], *, client_id: str = "groupwire",
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
@@ -147,6 +188,18 @@ class Cluster:
         self.broker_versions: ApiVersionsResponse | None = None
         """The latest ApiVersions answer, as the broker sent it."""
         self.metadata_cache: ClusterMetadata | None = None
+        self.nodes: dict[int, tuple[str, int]] = {}
+        """node id -> (host, port), from Metadata (and FindCoordinator answers)."""
+        self.controller_id = -1
+        self.leaders: dict[TopicPartition, PartitionLeader] = {}
+        self._single_node: int | None = None  # the node id when Metadata named one broker
+        self._node_conns: dict[int, Connection] = {}
+        self._node_locks: dict[int, asyncio.Lock] = {}
+        self._stale = False
+        self._refresh: asyncio.Task[ClusterMetadata] | None = None
+        self._refreshed_at: float | None = None
+        self._topics: set[str] = set()  # topics whose leaders this client routes by
+        self._led_topics: set[str] = set()  # topics whose partitions' leaders are known
         self._conn: Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._next_address = 0
@@ -156,9 +209,9 @@ class Cluster:
 
     # --- connections ----------------------------------------------------------------------
 
-    async def connection(self) -> Connection:
-        """The shared connection, (re)opened and checked when needed."""
-        return await self._connection(None)
+    async def connection(self, deadline: float | None = None) -> Connection:
+        """The shared (bootstrap) connection, (re)opened and checked when needed."""
+        return await self._connection(deadline)
 
     async def _connection(self, deadline: float | None) -> Connection:
         self._check_open()
@@ -338,12 +391,14 @@ class Cluster:
         req = MetadataRequest(
             topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=allow_auto_topic_creation)
-        resp = await self.send(req, response_type=MetadataResponse)
+        loop = asyncio.get_running_loop()
+        resp = await self._send_any(req)
         if resp.error_code != ErrorCode.NONE:
             raise error_for(resp.error_code, resp.error_message or "Metadata")
         partitions: dict[str, int] = {}
         errors: dict[str, int] = {}
         internal: set[str] = set()
+        leaders: dict[TopicPartition, PartitionLeader] = {}
         for t in resp.topics:
             if t.error_code != ErrorCode.NONE:
                 errors[t.name] = t.error_code
@@ -351,12 +406,36 @@ class Cluster:
             partitions[t.name] = len(t.partitions)
             if t.is_internal:
                 internal.add(t.name)
+            for p in t.partitions:
+                leaders[TopicPartition(t.name, p.partition_index)] = PartitionLeader(
+                    p.leader_id, p.leader_epoch)
         md = ClusterMetadata(partitions=partitions, internal=frozenset(internal),
                              errors=errors,
                              brokers=[(b.node_id, b.host, b.port) for b in resp.brokers],
-                             cluster_id=resp.cluster_id)
+                             cluster_id=resp.cluster_id, controller_id=resp.controller_id,
+                             leaders=leaders)
         self._merge_cache(md, full=topics is None)
+        self._learn(md, topics)
+        self._refreshed_at = loop.time()
         return md
+
+    def _learn(self, md: ClusterMetadata, topics: list[str] | None) -> None:
+        """Take the brokers, controller and leaders of one answer as the routing truth."""
+        if md.brokers:
+            self.nodes.update({n: (h, p) for n, h, p in md.brokers})
+            self._single_node = md.brokers[0][0] if len(md.brokers) == 1 else None
+        self.controller_id = md.controller_id
+        named = set(md.partitions) | set(md.errors) if topics is not None else None
+        for tp in [tp for tp in self.leaders if named is None or tp.topic in named]:
+            del self.leaders[tp]  # a topic answered again: only its new partitions count
+        self.leaders.update(md.leaders)
+        if topics is None:
+            self._led_topics = set(md.partitions)
+        else:
+            self._led_topics = (self._led_topics - set(md.errors)) | set(md.partitions)
+        covered = self._topics if topics is None else set(topics)
+        if covered >= self._topics:
+            self._stale = False
 
     def _merge_cache(self, md: ClusterMetadata, *, full: bool) -> None:
         old = self.metadata_cache
@@ -367,7 +446,198 @@ class Cluster:
         parts.update(md.partitions)
         self.metadata_cache = ClusterMetadata(
             partitions=parts, internal=old.internal | md.internal, errors=dict(md.errors),
-            brokers=md.brokers, cluster_id=md.cluster_id)
+            brokers=md.brokers, cluster_id=md.cluster_id, controller_id=md.controller_id,
+            leaders={**{tp: ld for tp, ld in old.leaders.items() if tp.topic in parts
+                        and tp.topic not in md.partitions}, **md.leaders})
+
+    # --- routing --------------------------------------------------------------------------
+
+    @property
+    def stale(self) -> bool:
+        """The leaders known may be out of date: the next use refreshes them."""
+        return self._stale
+
+    def mark_stale(self) -> None:
+        self._stale = True
+
+    def leader(self, tp: TopicPartition) -> PartitionLeader | None:
+        """``tp``'s leader as last read (None: unknown or none elected)."""
+        ld = self.leaders.get(tp)
+        return ld if ld is not None and ld.node_id >= 0 else None
+
+    async def ensure_leaders(self, topics: Iterable[str]) -> None:
+        """Read metadata when it is stale or lacks a leader of ``topics``; callers at once
+        share one request, and a stale refresh waits out the backoff since the last."""
+        wanted = set(topics)
+        self._topics |= wanted
+        if self._stale or not wanted <= self._led_topics:
+            await self.refresh_metadata()
+
+    async def refresh_metadata(self) -> ClusterMetadata:
+        """One Metadata for every routed topic, shared by whoever asks while it runs."""
+        task = self._refresh
+        if task is None or task.done():
+            task = self._refresh = asyncio.get_running_loop().create_task(
+                self._refresh_once(), name="groupwire-metadata")
+            task.add_done_callback(_read_exception)
+        return await asyncio.shield(task)
+
+    async def _refresh_once(self) -> ClusterMetadata:
+        loop = asyncio.get_running_loop()
+        if self._refreshed_at is not None:
+            wait = self._refreshed_at + self.retry_backoff_ms / 1000 - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        return await self.metadata(sorted(self._topics))
+
+    def add_node(self, node_id: int, host: str, port: int) -> None:
+        """A node named outside Metadata (a FindCoordinator answer)."""
+        if node_id >= 0:
+            self.nodes[node_id] = (host, port)
+
+    def is_bootstrap_node(self, node_id: int) -> bool:
+        """Whether ``node_id`` is reached through the bootstrap connection: the only broker
+        of a one-broker cluster (its advertised address may not be the one dialled), or
+        the node advertising the address the bootstrap connection reached."""
+        if node_id == self._single_node:
+            return True
+        addr = self.nodes.get(node_id)
+        return addr is not None and addr == self.connected_to
+
+    async def node_connection(self, node_id: int, deadline: float | None = None,
+                              ) -> Connection:
+        """A checked connection to ``node_id``, kept for reuse; one attempt (a node that
+        cannot be reached marks the metadata stale and raises
+        :class:`BrokerNotAvailableError`)."""
+        self._check_open()
+        if self.is_bootstrap_node(node_id):
+            return await self._connection(deadline)
+        conn = self._node_conns.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        addr = self.nodes.get(node_id)
+        if addr is None:
+            self._stale = True
+            raise BrokerNotAvailableError(f"node {node_id} is not in the metadata")
+        lock = self._node_locks.setdefault(node_id, asyncio.Lock())
+        async with lock:
+            self._check_open()
+            conn = self._node_conns.get(node_id)
+            if conn is not None and not conn.closed:
+                return conn
+            if conn is not None:
+                await conn.close()
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + self.request_timeout_ms / 1000
+            host, port = addr
+            try:
+                conn = await self.open_one(host, port, max(deadline - loop.time(), 0.001))
+            except (OSError, TimeoutError, ConnectionClosedError) as exc:
+                self._stale = True
+                raise BrokerNotAvailableError(
+                    f"node {node_id} at {host}:{port}: {_reason(exc)}") from exc
+            self._node_conns[node_id] = conn
+            return conn
+
+    async def send_to(self, node_id: int, request: Request, *, timeout_ms: int | None = None,
+                      response_type: type[R] | None = None) -> R:
+        """Send to one node and await the answer; no retry, as the caller routes again
+        (a lost connection marks the metadata stale and raises
+        :class:`ConnectionClosedError`; no answer in time raises
+        :class:`RequestTimedOutError`)."""
+        total_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_ms / 1000
+        conn = await self.node_connection(node_id, deadline)
+        try:
+            return await conn.send(request, timeout=max(deadline - loop.time(), 0.001),
+                                   response_type=response_type)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{request.API_KEY.name} to node {node_id}: no answer within {total_ms} ms"
+            ) from None
+        except ConnectionClosedError:
+            self._stale = True
+            raise
+
+    async def _send_any(self, request: Request) -> MetadataResponse:
+        """Metadata from any live node: an open node connection first, else the bootstrap
+        connection (with its retries across the bootstrap list)."""
+        for node_id, conn in list(self._node_conns.items()):
+            if conn.closed:
+                continue
+            try:
+                return await conn.send(request, timeout=self.request_timeout_ms / 1000,
+                                       response_type=MetadataResponse)
+            except (ConnectionClosedError, TimeoutError):
+                if self._node_conns.get(node_id) is conn:
+                    del self._node_conns[node_id]
+                await conn.close()
+        return await self.send(request, response_type=MetadataResponse)
+
+    async def list_offsets(self, specs: dict[TopicPartition, int], *,
+                           timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """ListOffsets sent to each partition's leader; partitions whose leader moved are
+        asked again of the new one until ``timeout_ms`` (default: the request timeout)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.request_timeout_ms if timeout_ms is None
+                                  else timeout_ms) / 1000
+        left = dict(specs)
+        out: dict[TopicPartition, int] = {}
+        attempt = 0
+        while left:
+            last: BaseException | None = None
+            try:
+                await self.ensure_leaders({tp.topic for tp in left})
+            except (GroupwireError, ConnectionError) as exc:
+                last = exc
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in left:
+                ld = self.leader(tp)
+                if ld is None:
+                    self._stale = True
+                    last = error_for(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp}: no leader")
+                    continue
+                by_node.setdefault(ld.node_id, []).append(tp)
+            for node_id, tps in by_node.items():
+                by_topic: dict[str, list[ListOffsetsPartition]] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(ListOffsetsPartition(
+                        partition_index=tp.partition, timestamp=left[tp]))
+                try:
+                    resp = await self.send_to(node_id, ListOffsetsRequest(topics=[
+                        ListOffsetsTopic(name=t, partitions=ps)
+                        for t, ps in by_topic.items()]), response_type=ListOffsetsResponse)
+                except (ConnectionError, BrokerNotAvailableError, RequestTimedOutError
+                        ) as exc:
+                    last = exc
+                    continue
+                if resp.error_code != ErrorCode.NONE:
+                    raise error_for(resp.error_code, resp.error_message or "ListOffsets")
+                for t in resp.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code == ErrorCode.NONE:
+                            out[tp] = p.offset
+                            left.pop(tp, None)
+                            continue
+                        err = error_for(p.error_code,
+                                        p.error_message or f"{t.name}[{p.partition_index}]")
+                        if p.error_code not in STALE_METADATA_ERRORS or not err.retriable:
+                            raise err
+                        self._stale = True
+                        last = err
+            if not left:
+                break
+            delay = backoff_s(attempt, self.retry_backoff_ms, self.retry_backoff_max_ms)
+            if loop.time() + delay >= deadline:
+                if isinstance(last, BaseException):
+                    raise last
+                raise RequestTimedOutError(f"ListOffsets: {sorted(left)} unanswered")
+            attempt += 1
+            await asyncio.sleep(delay)
+        return out
 
     async def find_coordinator(self, group_id: str) -> tuple[str, int]:
         """``(host, port)`` of the group's coordinator; retriable errors are retried."""
@@ -388,10 +658,16 @@ class Cluster:
 
     async def close(self) -> None:
         self._closed = True
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.close()
+        conns = [self._conn, *self._node_conns.values()]
+        self._conn = None
+        self._node_conns.clear()
+        refresh, self._refresh = self._refresh, None
+        if refresh is not None and not refresh.done():
+            refresh.cancel()
+        for conn in conns:
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     @property
     def closed(self) -> bool:

@@ -110,7 +110,8 @@ class Consumer:
             fetch_max_wait_ms=fetch_max_wait_ms, fetch_min_bytes=fetch_min_bytes,
             fetch_max_bytes=fetch_max_bytes, max_partition_fetch_bytes=max_partition_fetch_bytes,
             retry_backoff_ms=retry_backoff_ms,
-            spawn=lambda coro, name: self._tasks.spawn(coro, name=name))
+            spawn=lambda coro, name: self._tasks.spawn(coro, name=name),
+            router=self._link.cluster)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
@@ -164,7 +165,7 @@ class Consumer:
                 heartbeat_interval_ms=self._heartbeat_ms, session_timeout_ms=self._session_ms,
                 request_timeout_ms=self._request_timeout_ms,
                 retry_backoff_ms=self._backoff_ms, notify=self._notify_threadsafe,
-                clock=self._clock)
+                clock=self._clock, bootstrap=self._bootstrap)
             self._hb.start()
         self._commits.start()
         self._metadata.postpone()

@@ -12,8 +12,9 @@
     ├── BackgroundTaskError          a background task crashed (``__cause__``)
     ├── ClientClosedError            the client was closed
     ├── IncompatibleBrokerError      the broker speaks no version of an API the client needs
-    └── BrokerNotAvailableError      no bootstrap broker reachable in time (also a
-                                     ``ConnectionError``)
+    └── BrokerNotAvailableError      no broker reachable in time (also a
+                                     ``ConnectionError``); ``BrokerNotAvailableResponseError``,
+                                     code 8, is both it and a BrokerResponseError
 
     ConnectionError
     └── ConnectionClosedError        a connection closed before its answer came; the
@@ -36,6 +37,7 @@ from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolEr
 __all__ = [
     "BackgroundTaskError",
     "BrokerNotAvailableError",
+    "BrokerNotAvailableResponseError",
     "BrokerResponseError",
     "ClientClosedError",
     "CommitFailedError",
@@ -46,6 +48,7 @@ __all__ = [
     "CorruptMessageError",
     "CorruptRecordError",
     "FencedInstanceIdError",
+    "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
@@ -60,6 +63,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
+    "InvalidRequiredAcksError",
     "InvalidSessionTimeoutError",
     "InvalidTopicError",
     "KafkaStorageError",
@@ -68,7 +72,11 @@ __all__ = [
     "MemberIdRequiredError",
     "MessageTooLargeError",
     "NonEmptyGroupError",
+    "NotControllerError",
     "NotCoordinatorError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "PartitionNotOwnedError",
@@ -76,8 +84,10 @@ __all__ = [
     "ProtocolError",
     "RebalanceInProgressError",
     "RemoteProtocolError",
+    "ReplicaNotAvailableError",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",
+    "UnknownLeaderEpochError",
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
@@ -188,8 +198,26 @@ class LeaderNotAvailableError(BrokerResponseError):
     code = ErrorCode.LEADER_NOT_AVAILABLE
 
 
+class NotLeaderOrFollowerError(BrokerResponseError):
+    """The broker does not lead the partition (any more): metadata is refreshed and the
+    request routed to the new leader."""
+
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
 class RequestTimedOutError(BrokerResponseError):
     code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class BrokerNotAvailableResponseError(BrokerResponseError, BrokerNotAvailableError):
+    """A broker answered that a broker it needs is not available (code 8); not
+    retriable, as in Kafka, but an ``except BrokerNotAvailableError`` catches it too."""
+
+    code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class ReplicaNotAvailableError(BrokerResponseError):
+    code = ErrorCode.REPLICA_NOT_AVAILABLE
 
 
 class MessageTooLargeError(BrokerResponseError):
@@ -214,6 +242,22 @@ class NotCoordinatorError(BrokerResponseError):
 
 class InvalidTopicError(BrokerResponseError):
     code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    """acks=all: fewer in-sync replicas than the broker's minimum; nothing was appended."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    """acks=all: appended, but the ISR shrank below the minimum before it was replicated."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class InvalidRequiredAcksError(BrokerResponseError):
+    code = ErrorCode.INVALID_REQUIRED_ACKS
 
 
 class IllegalGenerationError(BrokerResponseError):
@@ -264,6 +308,13 @@ class InvalidReplicationFactorError(BrokerResponseError):
     code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
+class NotControllerError(BrokerResponseError):
+    """A topic API reached a broker that is not the controller: retried at the controller
+    named by fresh metadata."""
+
+    code = ErrorCode.NOT_CONTROLLER
+
+
 class InvalidRequestError(BrokerResponseError):
     code = ErrorCode.INVALID_REQUEST
 
@@ -284,6 +335,14 @@ class NonEmptyGroupError(BrokerResponseError):
 
 class GroupIdNotFoundError(BrokerResponseError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 class MemberIdRequiredError(BrokerResponseError):
@@ -318,13 +377,19 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.CORRUPT_MESSAGE: CorruptMessageError,
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
     ErrorCode.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
     ErrorCode.REQUEST_TIMED_OUT: RequestTimedOutError,
+    ErrorCode.BROKER_NOT_AVAILABLE: BrokerNotAvailableResponseError,
+    ErrorCode.REPLICA_NOT_AVAILABLE: ReplicaNotAvailableError,
     ErrorCode.MESSAGE_TOO_LARGE: MessageTooLargeError,
     ErrorCode.OFFSET_METADATA_TOO_LARGE: OffsetMetadataTooLargeError,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: CoordinatorLoadInProgressError,
     ErrorCode.COORDINATOR_NOT_AVAILABLE: CoordinatorNotAvailableError,
     ErrorCode.NOT_COORDINATOR: NotCoordinatorError,
     ErrorCode.INVALID_TOPIC_EXCEPTION: InvalidTopicError,
+    ErrorCode.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: NotEnoughReplicasAfterAppendError,
+    ErrorCode.INVALID_REQUIRED_ACKS: InvalidRequiredAcksError,
     ErrorCode.ILLEGAL_GENERATION: IllegalGenerationError,
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL: InconsistentGroupProtocolError,
     ErrorCode.INVALID_GROUP_ID: InvalidGroupIdError,
@@ -337,11 +402,14 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
     ErrorCode.INVALID_REPLICATION_FACTOR: InvalidReplicationFactorError,
+    ErrorCode.NOT_CONTROLLER: NotControllerError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
     ErrorCode.POLICY_VIOLATION: PolicyViolationError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.NON_EMPTY_GROUP: NonEmptyGroupError,
     ErrorCode.GROUP_ID_NOT_FOUND: GroupIdNotFoundError,
+    ErrorCode.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
     ErrorCode.MEMBER_ID_REQUIRED: MemberIdRequiredError,
     ErrorCode.GROUP_MAX_SIZE_REACHED: GroupMaxSizeReachedError,
     ErrorCode.FENCED_INSTANCE_ID: FencedInstanceIdError,

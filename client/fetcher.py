@@ -1,7 +1,11 @@
-"""Fetching on the application's loop: positions, one prefetch in flight, record buffers.
+"""Fetching on the application's loop: positions, prefetches per leader, record buffers.
 
-One Fetch at a time covers every assigned, unpaused, owned partition with an empty buffer;
-it runs while the application processes what the previous one returned. Answers for a
+Each partition is fetched from its leader: one Fetch in flight per leader node covers that
+node's assigned, unpaused, owned partitions with an empty buffer (each with the leader
+epoch metadata gave, -1 if unknown), and runs while the application processes what the
+previous one returned. An answer saying the leader moved (or a lost connection) marks
+the metadata stale; the partition is fetched again, at the same offset, from the leader
+fresh metadata names. Without a router (tests) every partition goes through ``send``. Answers for a
 partition no longer assigned, or whose fetch offset moved (seek, a new assignment), are
 dropped; partitions kept across a rebalance keep theirs.
 
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from groupwire.client.cluster import STALE_METADATA_ERRORS
 from groupwire.client.errors import CorruptRecordError, OffsetOutOfRangeError, error_for
 from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
@@ -39,6 +44,9 @@ from groupwire.protocol.messages import (
     Request,
 )
 
+if TYPE_CHECKING:
+    from groupwire.client.cluster import Cluster
+
 __all__ = ["Fetcher", "Sender", "Spawn"]
 
 log = logging.getLogger("groupwire.consumer.fetcher")
@@ -54,7 +62,8 @@ class Fetcher:
     def __init__(self, subs: SubscriptionState, send: Sender, *, auto_offset_reset: str,
                  fetch_max_wait_ms: int, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
-                 retry_backoff_ms: int = 100, spawn: Spawn | None = None) -> None:
+                 retry_backoff_ms: int = 100, spawn: Spawn | None = None,
+                 router: Cluster | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
         self._subs = subs
@@ -66,7 +75,11 @@ class Fetcher:
         self._partition_max_bytes = max_partition_fetch_bytes
         self._backoff = retry_backoff_ms / 1000
         self._spawn = spawn or _loop_task
-        self._task: asyncio.Task[None] | None = None
+        self._router = router
+        self._tasks: dict[int | None, asyncio.Task[None]] = {}  # node -> its Fetch
+        self._fetching: dict[int | None, set[TopicPartition]] = {}
+        self._last: asyncio.Task[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
         self._drain_from = 0
         # partition -> (its state then, the fetch offset it stopped at, the error): void
         # once the partition is reassigned or its fetch offset moves (a seek)
@@ -123,6 +136,8 @@ class Fetcher:
 
     async def list_offsets(self, tps: list[TopicPartition], timestamp: int,
                            ) -> dict[TopicPartition, int]:
+        if self._router is not None:  # to each partition's leader
+            return await self._router.list_offsets(dict.fromkeys(tps, timestamp))
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -142,29 +157,71 @@ class Fetcher:
 
     @property
     def in_flight(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return any(not t.done() for t in self._tasks.values())
 
     def maybe_fetch(self, group: FetchGroup | None) -> None:
-        """Start the next Fetch unless one is in flight or nothing is fetchable."""
-        if self.in_flight:
-            return
-        tps = [tp for tp in self._subs.fetchable() if self._stopped_at(tp) is None]
+        """Start a Fetch to every leader without one in flight that has fetchable
+        partitions; read metadata first when leaders are unknown or stale."""
+        busy = {tp for node, tps in self._fetching.items()
+                if not self._tasks[node].done() for tp in tps}
+        tps = [tp for tp in self._subs.fetchable()
+               if tp not in busy and self._stopped_at(tp) is None]
         if not tps:
             return
-        self._task = self._spawn(self._fetch(tps, group, self._subs.epoch), "groupwire-fetch")
+        by_node: dict[int | None, list[TopicPartition]] = {}
+        router = self._router
+        unrouted: set[str] = set()
+        for tp in tps:
+            if router is None:
+                by_node.setdefault(None, []).append(tp)
+                continue
+            leader = router.leader(tp)
+            if leader is None or router.stale:
+                unrouted.add(tp.topic)
+                continue
+            by_node.setdefault(leader.node_id, []).append(tp)
+        if unrouted and router is not None and (self._refresh is None
+                                                or self._refresh.done()):
+            self._refresh = self._spawn(self._read_leaders(router, unrouted),
+                                        "groupwire-fetch-metadata")
+            self._notify_when_done(self._refresh)
+        for node, node_tps in by_node.items():
+            task = self._tasks.get(node)
+            if task is not None and not task.done():
+                continue
+            task = self._spawn(self._fetch(node, node_tps, group, self._subs.epoch),
+                               "groupwire-fetch")
+            self._tasks[node] = self._last = task
+            self._fetching[node] = set(node_tps)
+            self._notify_when_done(task)
+
+    def _notify_when_done(self, task: asyncio.Task[None]) -> None:
         if self.on_done is not None:
             done = self.on_done
-            self._task.add_done_callback(lambda _t: done())
+            task.add_done_callback(lambda _t: done())
+
+    async def _read_leaders(self, router: Cluster, topics: set[str]) -> None:
+        try:
+            await router.ensure_leaders(topics)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the broker away: the next poll asks again
+            log.debug("metadata for fetching failed: %s", exc)
+            await asyncio.sleep(self._backoff)
 
     def cancel(self) -> asyncio.Task[None] | None:
-        """Cancel the Fetch in flight; returns its task so the caller can await it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+        """Cancel every Fetch in flight; returns the latest one's task, to await."""
+        for task in [*self._tasks.values(), self._refresh]:
+            if task is not None:
+                task.cancel()
+        self._tasks.clear()
+        self._fetching.clear()
+        self._refresh = None
+        task, self._last = self._last, None
         return task
 
-    async def _fetch(self, tps: list[TopicPartition], group: FetchGroup | None,
-                     epoch: int) -> None:
+    async def _fetch(self, node: int | None, tps: list[TopicPartition],
+                     group: FetchGroup | None, epoch: int) -> None:
         offsets: dict[TopicPartition, int] = {}
         by_topic: dict[str, list[FetchPartition]] = {}
         for tp in tps:
@@ -175,8 +232,10 @@ class Fetcher:
             if off is None:
                 continue
             offsets[tp] = off
+            leader = self._router.leader(tp) if self._router is not None else None
             by_topic.setdefault(tp.topic, []).append(FetchPartition(
                 partition=tp.partition, fetch_offset=off,
+                current_leader_epoch=leader.epoch if leader is not None else -1,
                 partition_max_bytes=self._partition_max_bytes))
         if not offsets:
             return
@@ -185,11 +244,17 @@ class Fetcher:
             max_bytes=self._max_bytes, group=group,
             topics=[FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
         try:
-            resp: FetchResponse = await self._send(request)
+            if node is None or self._router is None:
+                resp: FetchResponse = await self._send(request)
+            else:
+                resp = await self._router.send_to(node, request, response_type=FetchResponse,
+                                                  timeout_ms=self._fetch_timeout_ms())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # connection trouble: back off, retry
             log.debug("fetch failed: %s", exc)
+            if self._router is not None:
+                self._router.mark_stale()
             await asyncio.sleep(self._backoff)
             return
         if resp.error_code != ErrorCode.NONE:
@@ -209,6 +274,11 @@ class Fetcher:
                 st = self._subs.partitions.get(tp)
                 requested = offsets.get(tp)
                 if st is None or requested is None or st.fetch_offset != requested:
+                    continue
+                if p.error_code in STALE_METADATA_ERRORS and self._router is not None:
+                    # the leader moved: fetched again, at this offset, from the new one
+                    self._router.mark_stale()
+                    failed = True
                     continue
                 if stale and p.error_code != ErrorCode.NONE:
                     continue
@@ -239,6 +309,11 @@ class Fetcher:
                     self._stopped[tp] = (st, at, CorruptRecordError(tp, offset, bad.message))
         if failed:  # answered at once with an error: do not spin
             await asyncio.sleep(self._backoff)
+
+    def _fetch_timeout_ms(self) -> int:
+        """A Fetch waits up to max_wait_ms at the broker: the answer may take that long."""
+        assert self._router is not None
+        return self._router.request_timeout_ms + self._max_wait_ms
 
     def record_error(self, only: set[TopicPartition]) -> CorruptRecordError | None:
         """The error of a partition stopped at a record it cannot read, once every record

@@ -7,6 +7,10 @@ Outcomes go into the shared :class:`~client.membership.Membership` (under its lo
 ``notify()`` wakes the app's loop; the app's next poll acts on them (rejoin, lost).
 When the app has not polled within ``max_poll_interval_ms`` this thread leaves the group
 (LeaveGroup for dynamic members, nothing for static ones) and marks membership lost.
+After NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost connection it finds the
+coordinator again itself (asking the broker it reached, else the bootstrap list), so a
+moved coordinator gets this member's heartbeats, same member id and generation, without
+waiting for the app's loop.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable
 
 from groupwire.client.clock import Clock
 from groupwire.client.connection import Connection
+from groupwire.client.link import find_coordinator_on
 from groupwire.client.membership import Action, Membership
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -39,12 +44,16 @@ class HeartbeatThread(threading.Thread):
                  address: Callable[[], tuple[str, int] | None], client_id: str,
                  heartbeat_interval_ms: int, session_timeout_ms: int,
                  request_timeout_ms: int, retry_backoff_ms: int,
-                 notify: Callable[[], None], clock: Clock) -> None:
+                 notify: Callable[[], None], clock: Clock,
+                 bootstrap: list[tuple[str, int]] | None = None) -> None:
         super().__init__(name=f"groupwire-heartbeat-{group_id}", daemon=True)
         self._m = membership
         self._lock = lock
         self._group_id = group_id
         self._address = address
+        self._bootstrap_list = list(bootstrap or [])
+        self._found: tuple[str, int] | None = None  # the coordinator this thread found
+        self._find_again = False
         self._client_id = client_id
         self._interval_ms = heartbeat_interval_ms
         self._session_ms = session_timeout_ms
@@ -114,6 +123,7 @@ class HeartbeatThread(threading.Thread):
                     failures += 1
                     log.debug("heartbeat connection failed: %s", exc)
                     await self._close_conn()
+                    self._find_again = True
                     delay = min(self._backoff_ms * (2 ** min(failures, 6)), 1000)
                     await self._idle(delay)
         finally:
@@ -134,12 +144,51 @@ class HeartbeatThread(threading.Thread):
     async def _connect(self) -> Connection:
         if self._conn is not None and not self._conn.closed:
             return self._conn
-        addr = self._address()
+        if self._find_again and self._bootstrap_list:
+            self._conn = await self._locate()
+            self._find_again = False
+            return self._conn
+        addr = self._found or self._address()
         if addr is None:
             raise ConnectionError("coordinator unknown")
         self._conn = await Connection.open(addr[0], addr[1], client_id=self._client_id,
                                            connect_timeout=self._request_timeout)
         return self._conn
+
+    async def _open(self, addr: tuple[str, int]) -> Connection:
+        return await Connection.open(addr[0], addr[1], client_id=self._client_id,
+                                     connect_timeout=self._request_timeout)
+
+    async def _locate(self) -> Connection:
+        """A connection to the coordinator as a live broker names it: the one this thread
+        last reached first, then the bootstrap list in turn."""
+        group = self._group_id
+        last = self._found or self._address()
+        candidates = ([last] if last is not None else []) + [
+            a for a in self._bootstrap_list if a != last]
+        failures: list[str] = []
+        for here in candidates:
+            try:
+                conn = await self._open(here)
+            except (OSError, TimeoutError) as exc:
+                failures.append(f"{here[0]}:{here[1]}: {exc}")
+                continue
+            try:
+                found = await find_coordinator_on(conn, group, here, self._request_timeout)
+            except (ConnectionError, OSError, TimeoutError) as exc:
+                await conn.close()
+                failures.append(f"{here[0]}:{here[1]}: {exc}")
+                continue
+            if found is None:
+                await conn.close()
+                failures.append(f"{here[0]}:{here[1]}: no coordinator for {group!r} yet")
+                continue
+            self._found = found
+            if found == here:
+                return conn
+            await conn.close()
+            return await self._open(found)
+        raise ConnectionError("coordinator not found: " + "; ".join(failures))
 
     async def _step(self) -> None:
         now = self._clock()
@@ -178,6 +227,8 @@ class HeartbeatThread(threading.Thread):
             self._notify()
         if action == Action.FIND_COORDINATOR:
             await self._close_conn()
+            self._find_again = True
+            await self._idle(self._backoff_ms)
             return
         if action == Action.RETRY or action == Action.REJOIN:
             await self._idle(self._backoff_ms)

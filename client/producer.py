@@ -3,9 +3,11 @@
 ``send`` only appends to a per-partition batch of the
 :class:`~groupwire.client.accumulator.Accumulator` (which decides batching, lingering and
 the sticky partition) and returns a future; one sender task drains every ready batch into
-a single Produce covering many partitions, resolves the futures from the answer, and puts
-batches that met a retriable error back at the head of their partition's queue. One
-request is in flight at a time, so retries never reorder a partition's records.
+one Produce per partition leader (sent concurrently), resolves the futures from the
+answers, and puts batches that met a retriable error back at the head of their
+partition's queue; an answer saying the leader moved also marks the metadata stale, so
+the retry goes to the new leader. A partition has one request in flight at a time, so
+retries never reorder its records.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from groupwire.client.accumulator import Accumulator, Batch, record_size
-from groupwire.client.cluster import Cluster, backoff_s
+from groupwire.client.cluster import STALE_METADATA_ERRORS, Cluster, backoff_s
 from groupwire.client.errors import (
     BrokerNotAvailableError,
+    BrokerResponseError,
     ClientClosedError,
     ConnectionClosedError,
     GroupwireError,
     IllegalStateError,
+    LeaderNotAvailableError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_for,
@@ -54,23 +58,28 @@ _Batch = Batch["asyncio.Future[RecordMetadata]"]
 class Producer:
     """Publishes records; an async context manager (``close`` flushes).
 
-    ``acks`` is accepted for familiarity: the broker always answers after its write under
-    its fsync policy (acks=1 semantics); docs/protocol.md has no acks field.
+    ``acks``: ``"all"`` (or -1, the default) waits for every in-sync replica, 1 for the
+    leader alone (a single broker answers both once stored); 0 is refused, as every
+    groupwire request is answered.
     """
 
     def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
-                 client_id: str = "groupwire-producer", acks: int | str = 1,
+                 client_id: str = "groupwire-producer", acks: int | str = "all",
                  linger_ms: int = 5, max_batch_bytes: int = 1048576,
                  max_buffer_bytes: int = 33554432, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
                  allow_auto_create_topics: bool = True, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None) -> None:
-        if acks not in (0, 1, -1, "all"):
-            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+        if acks == 0 and not isinstance(acks, bool):
+            raise ValueError("acks=0 is not supported: the broker answers every Produce; "
+                             "use acks=1 (leader) or 'all' (every in-sync replica)")
+        if isinstance(acks, bool) or acks not in (1, -1, "all"):
+            raise ValueError(f"acks must be 1, -1 or 'all', got {acks!r}")
         if linger_ms < 0 or max_batch_bytes <= 0 or request_timeout_ms <= 0:
             raise ValueError("linger_ms >= 0, max_batch_bytes > 0, request_timeout_ms > 0")
-        self.acks = acks
+        self.acks = -1 if acks == "all" else int(acks)
+        """As sent in each Produce: 1 or -1 (``"all"``)."""
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
@@ -323,19 +332,50 @@ class Producer:
                                flushing=bool(self._flushing) or self._closing)
 
     async def _send_round(self, batches: list[_Batch]) -> None:
+        """Every ready batch, one Produce per leader, the leaders' requests at once."""
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        self._acc.take(batches, loop.time(), self.request_timeout_ms / 1000)
+        self._in_flight = batches
+        try:
+            by_node = await self._route(batches)
+            await asyncio.gather(*(self._send_to_leader(node, group)
+                                   for node, group in by_node.items()))
+        finally:
+            self._in_flight = []
+
+    async def _route(self, batches: list[_Batch]) -> dict[int, list[_Batch]]:
+        """Batches by their partition's leader; those without one are put back (retried
+        once fresh metadata names it)."""
+        cluster = self._cluster
+        try:
+            await cluster.ensure_leaders({b.tp.topic for b in batches})
+        except (GroupwireError, ConnectionError) as exc:
+            for batch in batches:
+                self._retry_or_fail(batch, exc, retriable=_retriable(exc))
+            return {}
+        by_node: dict[int, list[_Batch]] = {}
+        for batch in batches:
+            leader = cluster.leader(batch.tp)
+            if leader is None:
+                cluster.mark_stale()
+                self._retry_or_fail(batch, LeaderNotAvailableError(
+                    f"{batch.tp.topic}[{batch.tp.partition}]: no leader known"),
+                    retriable=True)
+                continue
+            by_node.setdefault(leader.node_id, []).append(batch)
+        return by_node
+
+    async def _send_to_leader(self, node: int, batches: list[_Batch]) -> None:
         by_topic: dict[str, list[PartitionProduceData]] = {}
-        self._acc.take(batches, now, self.request_timeout_ms / 1000)
         for batch in batches:
             by_topic.setdefault(batch.tp.topic, []).append(
                 PartitionProduceData(index=batch.tp.partition,
                                      records=encode_batch(batch.records)))
-        request = ProduceRequest(topic_data=[TopicProduceData(name=t, partition_data=parts)
+        request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                 topic_data=[TopicProduceData(name=t, partition_data=parts)
                                              for t, parts in by_topic.items()])
-        self._in_flight = batches
         try:
-            resp = await self._cluster.send(request, response_type=ProduceResponse)
+            resp = await self._cluster.send_to(node, request, response_type=ProduceResponse)
         except (ConnectionClosedError, RequestTimedOutError, BrokerNotAvailableError) as exc:
             for batch in batches:
                 self._retry_or_fail(batch, exc, retriable=True)
@@ -344,8 +384,6 @@ class Producer:
             for batch in batches:
                 self._complete(batch, exc)
             return
-        finally:
-            self._in_flight = []
         if resp.error_code != ErrorCode.NONE:
             err = error_for(resp.error_code, resp.error_message or "Produce")
             for batch in batches:
@@ -365,6 +403,8 @@ class Producer:
             err = error_for(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]")
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partitions.pop(batch.tp.topic, None)
+            if code in STALE_METADATA_ERRORS:
+                self._cluster.mark_stale()
             self._retry_or_fail(batch, err, retriable=err.retriable)
 
     def _retry_or_fail(self, batch: _Batch, exc: BaseException, *, retriable: bool) -> None:
@@ -405,6 +445,12 @@ class Producer:
         self._in_flight = []
         if self._space is not None:
             self._space.set()
+
+
+def _retriable(exc: BaseException) -> bool:
+    """A metadata read that failed: retried unless the broker's answer says it is final."""
+    return exc.retriable if isinstance(exc, BrokerResponseError) else isinstance(
+        exc, ConnectionError | RequestTimedOutError)
 
 
 def _as_bytes(name: str, v: object) -> bytes:

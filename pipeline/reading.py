@@ -25,7 +25,6 @@ from groupwire.client.cluster import Cluster
 from groupwire.pipeline.offsets import OffsetRange
 from groupwire.pipeline.schema import arrow_schema, headers_type
 from groupwire.protocol.batches import (
-    HEADER_SIZE,
     BatchHeader,
     CorruptBatchError,
     decode_records_partial,
@@ -145,7 +144,7 @@ async def _fetch_chunks(task: ReadTask,
                 if header.next_offset <= offset or header.base_offset >= r.end:
                     continue
                 try:
-                    rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False)
+                    rows = msgpack.unpackb(view[start + header.header_size:end], raw=False)
                 except (ValueError, TypeError, msgpack.UnpackException):
                     rows = _rows_around_bad(bytes(view[start:end]), header, offset, r.end,
                                             where)

@@ -1,7 +1,10 @@
 """Record batches (docs/protocol.md §5): encode, check, patch and split them without I/O.
 
-A batch is one msgpack value ``[header, records]`` whose 31-byte header has fixed widths,
-so the broker can check it and patch its base offset in place with ``struct`` alone.
+A batch is one msgpack value ``[header, records]`` whose header has fixed widths, so the
+broker can check it and patch its base offset (and, in layout v1, its partition leader
+epoch) in place with ``struct`` alone. Layout v0 has a 31-byte header, v1 a 36-byte one;
+both carry the same CRC over the same logical bytes, so a v0 batch becomes v1 by
+inserting the epoch (:func:`upconvert_v0`) without touching its CRC.
 :func:`validate_batch` checks the framing (walking the records with a streaming unpacker's
 ``skip``); :func:`check_records` then checks that every row is a record, so that no batch
 a consumer cannot read is ever stored. Stored batches are served byte for byte. Only
@@ -15,6 +18,7 @@ rows are done in pieces of bounded cost, with a step between pieces.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import struct
 import zlib
@@ -28,17 +32,38 @@ import msgpack
 from groupwire.protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from groupwire.protocol.steps import Steps, run_steps
 
-HEADER_SIZE: Final = 31
-"""Bytes before the records array: outer and header array markers plus five fixed fields."""
+BATCH_V0: Final = 0
+BATCH_V1: Final = 1
+CURRENT_BATCH_VERSION: Final = BATCH_V1
+"""What :func:`encode_batch` builds unless told otherwise."""
+NO_PARTITION_LEADER_EPOCH: Final = -1
+"""The leader epoch of a v0 batch, and of a v1 batch no broker has stamped yet."""
 
-MIN_BATCH_SIZE: Final = HEADER_SIZE + 1
-"""The smallest possible batch: a header and a one-byte (fixarray) records array."""
+HEADER_SIZE_V0: Final = 31
+"""v0: outer and header array markers plus five fixed fields."""
+HEADER_SIZE_V1: Final = 36
+"""v1: v0's header with the partition leader epoch (``0xd2`` + int32) after the offset."""
 
-_HEADER = struct.Struct(">BBBQBqBIBIB")
+MIN_BATCH_SIZE: Final = HEADER_SIZE_V0 + 1
+"""The smallest possible batch of any layout: a v0 header and a one-byte records array."""
+
+_HEADER_V0 = struct.Struct(">BBBQBqBIBIB")
+_HEADER_V1 = struct.Struct(">BBBQBiBqBIBIB")
 _OFFSET = struct.Struct(">Q")
+_EPOCH = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_MARKERS: Final = (0x92, 0x95, 0xCF, 0xD3, 0xCE, 0xCE)
+_MARKERS_V0: Final = (0x92, 0x95, 0xCF, 0xD3, 0xCE, 0xCE)
+_MARKERS_V1: Final = (0x92, 0x96, 0xCF, 0xD2, 0xD3, 0xCE, 0xCE)
+_HEADER_MARKER: Final = (0x95, 0x96)
+"""Byte 1 (the header array's marker) by version: an array of 5 or of 6."""
+_CRC_HEAD_AT: Final = (11, 16)
+"""Where, by version, the 14 bytes the CRC starts with begin (timestamp and count)."""
+_BODY_AT: Final = (HEADER_SIZE_V0 - 1, HEADER_SIZE_V1 - 1)
+"""Where, by version, the attributes byte is: the CRC covers it and everything after;
+the CRC itself is the 4 bytes before it."""
+_MIN_INT32: Final = -(1 << 31)
+_MAX_INT32: Final = (1 << 31) - 1
 _MAX_UINT64: Final = (1 << 64) - 1
 
 RECORD_CHUNK: Final = 4096
@@ -83,13 +108,21 @@ _BIN_OR_NIL: Final = frozenset({bytes, type(None)})
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
-    """The fixed-width header of one batch, as read from bytes 0-30."""
+    """The fixed-width header of one batch (bytes 0-30 in v0, 0-35 in v1)."""
 
     base_offset: int
     base_timestamp_ms: int
     record_count: int
     crc: int
     attributes: int
+    leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    """The partition leader epoch the broker stamped (v1); v0 has none."""
+    version: int = BATCH_V0
+
+    @property
+    def header_size(self) -> int:
+        """Bytes before the records array: where the records start."""
+        return header_size(self.version)
 
     @property
     def last_offset(self) -> int:
@@ -172,13 +205,43 @@ class MalformedRecordError(CorruptBatchError):
 # --- writing ------------------------------------------------------------------------------
 
 
-def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0) -> bytes:
-    """One batch holding ``records``; the base timestamp is the first record's."""
-    if not records:
-        raise LocalProtocolError("a batch holds at least one record")
+def header_size(version: int) -> int:
+    """Bytes before the records array of a batch of layout ``version`` (0 or 1)."""
+    return HEADER_SIZE_V1 if version == BATCH_V1 else HEADER_SIZE_V0
+
+
+def _head(version: int, base_offset: int, leader_epoch: int, base_ts: int,
+          count: int) -> bytes:
+    """A header up to its CRC (exclusive): ``header_size(version) - 5`` bytes."""
+    if version not in (BATCH_V0, BATCH_V1):
+        raise LocalProtocolError(f"unknown batch layout version {version}")
     if not 0 <= base_offset <= _MAX_UINT64:
         raise LocalProtocolError(f"base_offset out of range: {base_offset}")
+    if not _MIN_INT32 <= leader_epoch <= _MAX_INT32:
+        raise LocalProtocolError(f"leader_epoch out of range: {leader_epoch}")
+    try:
+        if version == BATCH_V0:
+            full = _HEADER_V0.pack(0x92, 0x95, 0xCF, base_offset, 0xD3, base_ts,
+                                   0xCE, count, 0xCE, 0, 0)
+        else:
+            full = _HEADER_V1.pack(0x92, 0x96, 0xCF, base_offset, 0xD2, leader_epoch,
+                                   0xD3, base_ts, 0xCE, count, 0xCE, 0, 0)
+    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+        raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
+    return full[:_BODY_AT[version] - 4]
+
+
+def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
+                 version: int = CURRENT_BATCH_VERSION,
+                 leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """One batch holding ``records``; the base timestamp is the first record's.
+
+    Layout v1 unless ``version=0`` (the layout before cluster mode; brokers still take
+    it). ``leader_epoch`` is the broker's to set: producers leave it -1."""
+    if not records:
+        raise LocalProtocolError("a batch holds at least one record")
     base_ts = records[0].timestamp_ms
+    head = _head(version, base_offset, leader_epoch, base_ts, len(records))
     rows = [
         [i, r.timestamp_ms - base_ts, r.key, r.value,
          r.headers if isinstance(r.headers, list | tuple) else list(r.headers)]
@@ -186,16 +249,16 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0) -> bytes:
     ]
     try:
         body = b"\x00" + msgpack.packb(rows, use_bin_type=True)
-        header = _HEADER.pack(0x92, 0x95, 0xCF, base_offset, 0xD3, base_ts,
-                              0xCE, len(records), 0xCE, 0, 0)
-    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
-    crc = zlib.crc32(body, zlib.crc32(header[11:25]))
-    return b"".join((header[:26], _U32.pack(crc), body))
+    at = _CRC_HEAD_AT[version]
+    crc = zlib.crc32(body, zlib.crc32(head[at:at + 14]))
+    return b"".join((head, _U32.pack(crc), body))
 
 
 def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]],
                           base_offset: int = 0, *, rows_per_step: int = ENCODE_ROWS,
+                          version: int = CURRENT_BATCH_VERSION,
                           ) -> Steps[bytes]:
     """``encode_batch`` of ``(key, value, timestamp_ms)`` records with no headers, byte
     for byte, ``rows_per_step`` rows between yields: a batch of 10 000 offset records
@@ -206,19 +269,17 @@ def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]
     """
     if not items:
         raise LocalProtocolError("a batch holds at least one record")
-    if not 0 <= base_offset <= _MAX_UINT64:
-        raise LocalProtocolError(f"base_offset out of range: {base_offset}")
     count = len(items)
     base_ts = items[0][2]
+    head = _head(version, base_offset, NO_PARTITION_LEADER_EPOCH, base_ts, count)
     packer = msgpack.Packer(use_bin_type=True)
     pack = packer.pack
     try:
-        header = _HEADER.pack(0x92, 0x95, 0xCF, base_offset, 0xD3, base_ts,
-                              0xCE, count, 0xCE, 0, 0)
         pieces = [b"\x00" + packer.pack_array_header(count)]
-    except (TypeError, ValueError, OverflowError, struct.error) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
-    crc = zlib.crc32(pieces[0], zlib.crc32(header[11:25]))
+    at = _CRC_HEAD_AT[version]
+    crc = zlib.crc32(pieces[0], zlib.crc32(head[at:at + 14]))
     no_headers: tuple[()] = ()
     for start in range(0, count, rows_per_step):
         if start:
@@ -231,40 +292,89 @@ def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]
             raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
         crc = zlib.crc32(piece, crc)
         pieces.append(piece)
-    return b"".join((header[:26], _U32.pack(crc), *pieces))
+    return b"".join((head, _U32.pack(crc), *pieces))
 
 
-def with_base_offset(data: bytes, base_offset: int) -> bytes:
-    """``data`` with bytes 3-10 set to ``base_offset``; the CRC does not cover them."""
+def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:
+    """``data`` with bytes 3-10 set to ``base_offset`` (both layouts); the CRC does not
+    cover them. ``data`` may be only the start of a batch (a stepped append's first
+    piece)."""
     if not 0 <= base_offset <= _MAX_UINT64:
         raise LocalProtocolError(f"base_offset out of range: {base_offset}")
     view = memoryview(data)
     return b"".join((view[:3], _OFFSET.pack(base_offset), view[11:]))
 
 
+def stamp_batch(data: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """A v1 batch (or its start, as :func:`with_base_offset` takes it) with its base
+    offset and partition leader epoch set: what a broker does at append. Neither field
+    is under the CRC."""
+    view = memoryview(data)
+    if len(view) < HEADER_SIZE_V1 or view[1] != 0x96 or view[11] != 0xD2:
+        raise LocalProtocolError("only a v1 batch carries a leader epoch (upconvert v0)")
+    if not 0 <= base_offset <= _MAX_UINT64:
+        raise LocalProtocolError(f"base_offset out of range: {base_offset}")
+    if not _MIN_INT32 <= leader_epoch <= _MAX_INT32:
+        raise LocalProtocolError(f"leader_epoch out of range: {leader_epoch}")
+    return b"".join((view[:3], _OFFSET.pack(base_offset), view[11:12],
+                     _EPOCH.pack(leader_epoch), view[16:]))
+
+
+def upconvert_v0(batch: bytes | memoryview) -> bytes:
+    """The v1 form of a v0 batch (or of its start): byte 1 becomes ``0x96`` and
+    ``0xd2`` + int32 -1 goes after the base offset. The CRC is kept: it covers the same
+    bytes in both layouts."""
+    view = memoryview(batch)
+    if len(view) < HEADER_SIZE_V0 or view[0] != 0x92 or view[1] != 0x95:
+        raise LocalProtocolError("not a v0 batch")
+    return b"".join((b"\x92\x96", view[2:11], b"\xd2",
+                     _EPOCH.pack(NO_PARTITION_LEADER_EPOCH), view[11:]))
+
+
+def upconverted_header(header: BatchHeader) -> BatchHeader:
+    """``header`` as :func:`upconvert_v0` leaves its batch."""
+    return dataclasses.replace(header, version=BATCH_V1,
+                               leader_epoch=NO_PARTITION_LEADER_EPOCH)
+
+
 # --- checking -----------------------------------------------------------------------------
 
 
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """The header at ``pos``, checking only the fixed marker bytes (no CRC, no records)."""
-    if len(buf) - pos < HEADER_SIZE:
-        raise CorruptBatchError(
-            f"truncated header: {len(buf) - pos} bytes, need {HEADER_SIZE}", position=pos)
-    (a2, a5, m_off, base, m_ts, ts, m_cnt, count, m_crc, crc,
-     attributes) = _HEADER.unpack_from(buf, pos)
-    if (a2, a5, m_off, m_ts, m_cnt, m_crc) != _MARKERS:
-        raise CorruptBatchError("bad header marker bytes (not a v0 batch)", position=pos)
+    """The header at ``pos`` (either layout), checking only the fixed marker bytes (no
+    CRC, no records)."""
+    avail = len(buf) - pos
+    version = BATCH_V1 if avail >= 2 and buf[pos + 1] == 0x96 else BATCH_V0
+    size = header_size(version)
+    if avail < size:
+        raise CorruptBatchError(f"truncated header: {avail} bytes, need {size}",
+                                position=pos)
+    if version == BATCH_V1:
+        (a2, a6, m_off, base, m_epoch, epoch, m_ts, ts, m_cnt, count, m_crc, crc,
+         attributes) = _HEADER_V1.unpack_from(buf, pos)
+        good = (a2, a6, m_off, m_epoch, m_ts, m_cnt, m_crc) == _MARKERS_V1
+    else:
+        (a2, a5, m_off, base, m_ts, ts, m_cnt, count, m_crc, crc,
+         attributes) = _HEADER_V0.unpack_from(buf, pos)
+        epoch = NO_PARTITION_LEADER_EPOCH
+        good = (a2, a5, m_off, m_ts, m_cnt, m_crc) == _MARKERS_V0
+    if not good:
+        raise CorruptBatchError("bad header marker bytes (not a v0 or v1 batch)",
+                                position=pos)
     if attributes > 0x7F:
         raise CorruptBatchError(f"attributes byte {attributes:#x} is not a positive fixint",
                                 position=pos)
     return BatchHeader(base_offset=base, base_timestamp_ms=ts, record_count=count, crc=crc,
-                       attributes=attributes)
+                       attributes=attributes, leader_epoch=epoch, version=version)
 
 
 def batch_crc(buf: bytes | memoryview, start: int, end: int) -> int:
-    """The CRC-32 a batch spanning ``buf[start:end]`` should carry (bytes 11-24, 30-end)."""
+    """The CRC-32 a batch spanning ``buf[start:end]`` should carry (v0: bytes 11-24 and
+    30-end; v1: 16-29 and 35-end)."""
     view = memoryview(buf)
-    return zlib.crc32(view[start + 30:end], zlib.crc32(view[start + 11:start + 25]))
+    version = BATCH_V1 if view[start + 1] == 0x96 else BATCH_V0
+    at, body = start + _CRC_HEAD_AT[version], start + _BODY_AT[version]
+    return zlib.crc32(view[body:end], zlib.crc32(view[at:at + 14]))
 
 
 def validate_batch(data: bytes) -> BatchHeader:
@@ -314,22 +424,27 @@ def _validate_steps(data: bytes) -> Steps[BatchHeader]:
         raise CorruptBatchError(f"batch of {size} bytes is shorter than {MIN_BATCH_SIZE}")
     header = read_header(data)
     _check_fields(header, 0)
+    hs = header.header_size
+    if size <= hs:
+        raise CorruptBatchError(f"batch of {size} bytes is shorter than {hs + 1}")
     view = memoryview(data)
-    crc = zlib.crc32(view[11:25])   # bytes 11-24 and 30-end, as batch_crc takes them
-    for at in range(30, size, CRC_PIECE):
-        if at > 30:
+    at = _CRC_HEAD_AT[header.version]
+    body = _BODY_AT[header.version]
+    crc = zlib.crc32(view[at:at + 14])   # as batch_crc takes it
+    for at in range(body, size, CRC_PIECE):
+        if at > body:
             yield
         crc = zlib.crc32(view[at:at + CRC_PIECE], crc)
     if crc != header.crc:
         raise CorruptBatchError("CRC mismatch")
-    count = _records_count(data, HEADER_SIZE, 0)
+    count = _records_count(data, hs, 0)
     if count != header.record_count:
         raise CorruptBatchError(
             f"records array holds {count} items, header says {header.record_count}")
     # One skip of the whole records array, as iter_batch_spans does it, fed a piece at a
     # time: the unpacker keeps the array it has begun, so the errors are the same.
     unpacker = _unpacker(size)
-    fed = HEADER_SIZE
+    fed = hs
     while True:
         end = min(fed + SKIP_PIECE, size)
         unpacker.feed(view[fed:end])
@@ -337,9 +452,9 @@ def _validate_steps(data: bytes) -> Steps[BatchHeader]:
         if _skip(unpacker, 0, more=fed < size):
             break
         yield
-    if unpacker.tell() != size - HEADER_SIZE:
+    if unpacker.tell() != size - hs:
         raise CorruptBatchError(
-            f"{size - HEADER_SIZE - unpacker.tell()} trailing bytes after the records array")
+            f"{size - hs - unpacker.tell()} trailing bytes after the records array")
     return header
 
 
@@ -395,12 +510,13 @@ def _check_rows_steps(data: bytes, header: BatchHeader, limit: int) -> Steps[Non
     caller's business)."""
     count = header.record_count
     view = memoryview(data)
-    at = HEADER_SIZE + _array_header_size(data[HEADER_SIZE])
+    hs = header.header_size
+    at = hs + _array_header_size(data[hs])
     errors: list[RecordError] = []
-    if count <= RECORD_CHUNK and len(data) - HEADER_SIZE <= ROW_PIECE:
+    if count <= RECORD_CHUNK and len(data) - hs <= ROW_PIECE:
         # one small chunk: unpackb is faster than iterating an Unpacker
         try:
-            rows = msgpack.unpackb(view[HEADER_SIZE:], raw=False, use_list=False,
+            rows = msgpack.unpackb(view[hs:], raw=False, use_list=False,
                                    **_ROW_LIMITS)
         except _UNPACK_ERRORS:
             yield from _walk_rows(view, at, 0, count, errors)
@@ -468,7 +584,7 @@ def iter_batch_spans(buf: bytes | memoryview, *, check_crc: bool = True,
             raise CorruptBatchError(f"truncated batch: {size - pos} bytes left", position=pos)
         header = read_header(buf, pos)
         _check_fields(header, pos)
-        count = _records_count(buf, pos + HEADER_SIZE, pos)
+        count = _records_count(buf, pos + header.header_size, pos)
         if count != header.record_count:
             raise CorruptBatchError(
                 f"records array holds {count} items, header says {header.record_count}",
@@ -516,7 +632,7 @@ def decode_records_partial(data: bytes, min_offset: int = 0,
             if header.last_offset < min_offset:
                 continue
             try:
-                rows = msgpack.unpackb(view[start + HEADER_SIZE:end], raw=False,
+                rows = msgpack.unpackb(view[start + header.header_size:end], raw=False,
                                        use_list=True)
             except _UNPACK_ERRORS:  # some row does not unpack: read the batch row by row
                 _decode_rows_one_by_one(view, header, start, end, min_offset, out)
@@ -606,7 +722,8 @@ def _decode_rows_one_by_one(view: memoryview, header: BatchHeader, start: int, e
     """:func:`_decode_rows` for a batch that does not unpack whole: each row on its own,
     so the records before the one that does not unpack are still read."""
     base = header.base_offset
-    at = start + HEADER_SIZE + _array_header_size(view[start + HEADER_SIZE])
+    hs = header.header_size
+    at = start + hs + _array_header_size(view[start + hs])
     skipper = _unpacker(end - at)
     skipper.feed(view[at:end])
     rows: list[object] = []
@@ -620,8 +737,7 @@ def _decode_rows_one_by_one(view: memoryview, header: BatchHeader, start: int, e
             rows.append(msgpack.unpackb(view[at + row_start:at + skipper.tell()],
                                         raw=False, use_list=True))
         except _UNPACK_ERRORS as exc:
-            _decode_rows(rows, BatchHeader(base, header.base_timestamp_ms, len(rows),
-                                           header.crc, header.attributes),
+            _decode_rows(rows, dataclasses.replace(header, record_count=len(rows)),
                          min_offset, start, out)
             raise CorruptBatchError(
                 f"record {index} of the batch at offset {base}: does not unpack: {exc}",

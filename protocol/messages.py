@@ -44,6 +44,7 @@ class ApiKey(enum.IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
 
 
 @_msg
@@ -245,6 +246,9 @@ class ProduceRequest(Request):
     acks: Int32 = -1
     timeout_ms: Int32 = 30000
     topic_data: list[TopicProduceData]
+    internal: bool = False
+    """ext: a broker forwarding group events to the leader of ``__group_events`` (cluster
+    mode); the only way to write an internal topic."""
 
 
 @_msg
@@ -742,6 +746,46 @@ class OffsetsForLeaderEpochResponse(Response):
     topics: list[OffsetForLeaderTopicResult] = field(default_factory=list)
 
 
+# --- ElectLeaders (43) ------------------------------------------------------------------
+
+
+@_msg
+class ElectLeadersTopic:
+    topic: str
+    partitions: list[Int32]
+
+
+@_msg
+class ElectLeadersRequest(Request):
+    """Leadership back to each partition's preferred (first) replica (KIP-183, KIP-460).
+    ``election_type`` 0 (preferred) only: 1 (unclean) is refused, as leaders are never
+    elected outside the ISR. ``topic_partitions`` nil: every partition."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.ELECT_LEADERS
+    election_type: Int32 = 0
+    topic_partitions: list[ElectLeadersTopic] | None = None
+    timeout_ms: Int32 = 60000
+
+
+@_msg
+class PartitionElectionResult:
+    partition_id: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class ReplicaElectionResult:
+    topic: str = ""
+    partition_result: list[PartitionElectionResult] = field(default_factory=list)
+
+
+@_msg
+class ElectLeadersResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ELECT_LEADERS
+    replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
+
+
 # --- Registry ---------------------------------------------------------------------------
 
 REQUEST_TYPES: dict[ApiKey, type[Request]] = {
@@ -752,6 +796,7 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
         DeleteGroupsRequest, DeleteTopicsRequest, OffsetsForLeaderEpochRequest,
+        ElectLeadersRequest,
     )
 }
 RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
@@ -762,6 +807,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
         DeleteGroupsResponse, DeleteTopicsResponse, OffsetsForLeaderEpochResponse,
+        ElectLeadersResponse,
     )
 }
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}

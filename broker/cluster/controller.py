@@ -9,7 +9,7 @@ same txns; deciding after they are applied gives none."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
 from groupwire.broker.cluster.keys import (
@@ -20,10 +20,11 @@ from groupwire.broker.cluster.keys import (
     encode_partition,
     encode_topic,
     partition_key,
+    partitions_prefix,
     topic_key,
 )
 from groupwire.broker.cluster.placement import assign_replicas
-from groupwire.broker.cluster.txn import MAX_TXN_OPS, Compare, Put, Txn
+from groupwire.broker.cluster.txn import MAX_TXN_OPS, Compare, Delete, Put, Txn
 
 PARTITIONS_PER_TXN = MAX_TXN_OPS - 1
 """One compare per partition plus the controller's own must fit etcd's limit."""
@@ -100,11 +101,15 @@ def decide(image: ClusterImage, controller_epoch: int) -> list[Txn]:
     return _batched(image, controller_epoch, writes)
 
 
-def preferred_leader_txns(image: ClusterImage, controller_epoch: int) -> list[Txn]:
+def preferred_leader_txns(image: ClusterImage, controller_epoch: int,
+                          only: Collection[TopicPartition] | None = None) -> list[Txn]:
     """Leadership back to each partition's first replica where it is live and in the
-    ISR (``groupwire cluster elect-leaders``)."""
+    ISR (``groupwire cluster elect-leaders``); ``only``: those partitions (ElectLeaders
+    names them), None: all."""
     writes: list[tuple[TopicPartition, PartitionState]] = []
     for tp, replicas in _assigned(image):
+        if only is not None and tp not in only:
+            continue
         state = image.partitions.get(tp)
         if state is None or not replicas:
             continue
@@ -144,3 +149,56 @@ def create_topic_txns(image: ClusterImage, name: str, partitions: int,
         txns.append(Txn((guard, *(Compare(k, "create", "==", 0) for k, _ in chunk)),
                         tuple(Put(k, encode_partition(s)) for k, s in chunk)))
     return txns
+
+
+def delete_topic_txn(image: ClusterImage, name: str, controller_epoch: int) -> Txn:
+    """The topic's assignment and every partition state, in one txn: every broker's
+    watch sees the topic go at once and deletes its replicas."""
+    guard = Compare(controller_key(image.cluster), "create", "==", controller_epoch)
+    tkey = topic_key(image.cluster, name)
+    return Txn((guard, Compare(tkey, "create", ">", 0)),
+               (Delete(tkey), Delete(partitions_prefix(image.cluster, name), prefix=True)))
+
+
+def create_partitions_txns(image: ClusterImage, name: str, new_total: int, start: int,
+                           controller_epoch: int) -> list[Txn]:
+    """A topic grown to ``new_total`` partitions: the new ones placed over the live
+    brokers with the topic's replication factor, the assignment rewritten with them.
+    The first txn is guarded by the new partitions' keys not existing yet, so two
+    growths of one topic cannot both win; states that do not fit it follow as in
+    :func:`create_topic_txns`.
+
+    Raises InvalidReplicationFactor when the live brokers are too few."""
+    topic = image.topics[name]
+    old = len(topic.replicas)
+    rf = len(topic.replicas[0]) if topic.replicas else 1
+    placed = assign_replicas(list(image.brokers.values()), new_total, rf, start)[old:]
+    grown = TopicAssignment(name, topic.topic_id, topic.internal, topic.replicas + placed)
+    guard = Compare(controller_key(image.cluster), "create", "==", controller_epoch)
+    states = [(partition_key(image.cluster, name, old + i),
+               PartitionState(leader=r[0], leader_epoch=0, isr=r, partition_epoch=0))
+              for i, r in enumerate(placed)]
+    # Compares: the controller and each new key; puts: the topic and those keys.
+    first, rest = states[:PARTITIONS_PER_TXN], states[PARTITIONS_PER_TXN:]
+    txns = [Txn((guard, *(Compare(k, "create", "==", 0) for k, _ in first)),
+                (Put(topic_key(image.cluster, name), encode_topic(grown)),
+                 *(Put(k, encode_partition(s)) for k, s in first)))]
+    for i in range(0, len(rest), PARTITIONS_PER_TXN):
+        chunk = rest[i:i + PARTITIONS_PER_TXN]
+        txns.append(Txn((guard, *(Compare(k, "create", "==", 0) for k, _ in chunk)),
+                        tuple(Put(k, encode_partition(s)) for k, s in chunk)))
+    return txns
+
+
+def propose_topic_txn(image: ClusterImage, name: str, partitions: int,
+                      replication_factor: int, start: int, topic_id: str) -> Txn:
+    """A topic auto-created by any broker (Metadata's auto-creation): only its
+    assignment, put if absent. The controller's :func:`decide` then writes the
+    partition states from it, as for a creation whose controller died half-way.
+
+    Raises InvalidReplicationFactor when the live brokers are too few."""
+    replicas = assign_replicas(list(image.brokers.values()), partitions,
+                               replication_factor, start)
+    tkey = topic_key(image.cluster, name)
+    return Txn((Compare(tkey, "create", "==", 0),),
+               (Put(tkey, encode_topic(TopicAssignment(name, topic_id, False, replicas))),))

@@ -31,6 +31,11 @@ def partition_key(cluster: str, topic: str, partition: int) -> str:
     return f"{prefix(cluster)}partitions/{topic}/{partition}"
 
 
+def partitions_prefix(cluster: str, topic: str) -> str:
+    """Every partition state of ``topic`` (names hold no ``/``, so no other topic's)."""
+    return f"{prefix(cluster)}partitions/{topic}/"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerKey:
     node_id: int

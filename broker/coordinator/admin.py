@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from groupwire.broker.coordinator import hosting
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.events import DELETE_GROUPS
 from groupwire.broker.coordinator.group import Group
@@ -34,8 +35,16 @@ def describe_steps(engine: Engine, req: DescribeGroupsRequest,
     """DescribeGroups as steps: each group is described whole, as it is when reached."""
     groups: list[DescribedGroup] = []
     known = engine.groups
+    refusal = engine.refusal
     work = 0
     for gid in req.groups:
+        refused = refusal(gid) if refusal is not None else None
+        if refused is not None:
+            # Kafka answers per group: the others may be coordinated here
+            groups.append(DescribedGroup(error_code=refused, group_id=gid,
+                                         error_message=hosting.message(gid, refused)))
+            work += 1
+            continue
         group = known.get(gid)
         groups.append(describe_group(group, gid))
         work += 1 if group is None else 1 + len(group.members)
@@ -77,6 +86,7 @@ def list_steps(engine: Engine, req: ListGroupsRequest) -> Steps[ListGroupsRespon
     wanted = {BY_NAME_LOWER.get(name.lower()) for name in req.states_filter}
     every = not req.states_filter
     groups = engine.groups
+    refusal = engine.refusal
     ids = yield from sorted_steps(list(groups))
     listed: list[ListedGroup] = []
     work = 0
@@ -86,7 +96,8 @@ def list_steps(engine: Engine, req: ListGroupsRequest) -> Steps[ListGroupsRespon
             work = 0
             yield
         g = groups.get(gid)
-        if g is not None and (every or g.state in wanted):
+        if g is not None and (every or g.state in wanted) and (
+                refusal is None or refusal(gid) is None):
             listed.append(ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
                                       group_state=g.state.value))
     return ListGroupsResponse(groups=listed)
@@ -95,11 +106,16 @@ def list_steps(engine: Engine, req: ListGroupsRequest) -> Steps[ListGroupsRespon
 def handle_delete(engine: Engine, ctx: RequestContext, req: DeleteGroupsRequest,
                   now_ms: int) -> None:
     results: list[DeletableGroupResult] = []
+    refusal = engine.refusal
     for group_id in req.groups_names:
-        group = engine.groups.get(group_id)
+        refused = refusal(group_id) if refusal is not None else None
+        group = engine.groups.get(group_id) if refused is None else None
         cell = group.row.delete_groups if group is not None else None
         message: str | None = None
-        if group is None:
+        if refused is not None:
+            code = refused
+            message = hosting.message(group_id, refused)
+        elif group is None:
             code = ErrorCode.GROUP_ID_NOT_FOUND
             message = f"group {group_id!r} does not exist"
         elif isinstance(cell, Refuse):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable
 from types import MethodType
 from typing import Final
 
-from groupwire.broker.coordinator import expiry, loading
+from groupwire.broker.coordinator import expiry, hosting, loading, unloading
 from groupwire.broker.coordinator.admin import (
     describe_steps,
     handle_delete,
@@ -46,6 +46,7 @@ from groupwire.broker.coordinator.transitions import Ignore
 from groupwire.broker.coordinator.view import CoreView
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -66,6 +67,10 @@ from groupwire.protocol.messages import (
 from groupwire.protocol.steps import Steps
 
 _NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
+_WHOLE_REQUEST: Final = (HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
+                         LeaveGroupRequest)
+"""Requests refused as a whole for a group not served here. OffsetCommit and OffsetFetch
+check in their own handlers (they also run as steps); the multi-group APIs, per group."""
 FETCH_OK: Final = FetchCheck(ErrorCode.NONE, _NOTHING)
 _FETCH_UNKNOWN: Final = FetchCheck(ErrorCode.UNKNOWN_MEMBER_ID, _NOTHING)
 _FETCH_FENCED: Final = FetchCheck(ErrorCode.FENCED_INSTANCE_ID, _NOTHING)
@@ -86,9 +91,16 @@ class Coordinator:
 
     def __init__(self, config: CoordinatorConfig,
                  partition_count: Callable[[str], int | None],
-                 new_uuid: Callable[[], str] = _uuid_hex) -> None:
+                 new_uuid: Callable[[], str] = _uuid_hex, *,
+                 offsets_partitions: int | None = None,
+                 hosts: Callable[[str], bool] | None = None,
+                 loading: Callable[[str], bool] | None = None) -> None:
         self.config = config
         self._engine = Engine(config, partition_count, new_uuid)
+        if offsets_partitions is not None and offsets_partitions <= 0:
+            raise ValueError(f"offsets_partitions must be positive, got {offsets_partitions}")
+        self._engine.offsets_partitions = offsets_partitions
+        self.set_hosting(hosts, loading)
         self.renew: Callable[[int, HeartbeatFields, int], Renewal | None] = MethodType(
             renew, self._engine)
         """The heartbeat fast path, ``renew(conn_id, heartbeat, now_ms)``: a
@@ -105,6 +117,12 @@ class Coordinator:
         """One group API request. Its reply may be absent (parked) and come later."""
         engine = self._engine
         engine.out.reset()
+        if engine.refusal is not None and isinstance(request, _WHOLE_REQUEST):
+            code = engine.refusal(request.group_id)
+            if code is not None:
+                engine.out.reply(ctx.conn_id, ctx.correlation_id,
+                                 hosting.refused_response(request, request.group_id, code))
+                return engine.out.build()
         match request:
             case HeartbeatRequest():
                 handle_heartbeat(engine, ctx, request, now_ms)
@@ -202,6 +220,53 @@ class Coordinator:
             return FETCH_OK
         refused = not_owned(g.members[group.member_id], partitions, releasing=False)
         return FetchCheck(ErrorCode.NONE, refused) if refused else FETCH_OK
+
+    # --- cluster mode: which groups are served here ----------------------------------
+
+    def set_hosting(self, hosts: Callable[[str], bool] | None,
+                    loading: Callable[[str], bool] | None = None) -> None:
+        """Cluster mode: ``hosts(group_id)`` says whether this broker serves the group
+        (it leads and has loaded its offsets partition), ``loading(group_id)`` whether its
+        partition is being loaded here. A group loading is answered
+        COORDINATOR_LOAD_IN_PROGRESS, one not hosted NOT_COORDINATOR: per group by
+        DescribeGroups and DeleteGroups, which ListGroups leaves out, and as a whole by
+        the single-group APIs. Both None (the default): every group is served and
+        nothing is checked (single-broker mode)."""
+        self._engine.refusal = hosting.refusal(hosts, loading)
+
+    def partition_of(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition that holds the group."""
+        count = self._engine.offsets_partitions
+        if count is None:
+            raise ValueError("the coordinator was not given offsets_partitions")
+        return coordinator_partition(group_id, count)
+
+    def load_partition(self, partition: int, records: Iterable[GroupRecord],
+                       now_ms: int) -> Result:
+        """This broker became the leader of offsets ``partition``: rebuild its groups and
+        offsets from its ``records`` (log order) and arm their timers from ``now_ms``.
+
+        Each group resumes as it persisted (members, generation, leader, assignments):
+        its members carry on heartbeating without a rebalance. Groups of the partition
+        already here are replaced (their parked requests answered NOT_COORDINATOR).
+        The Result holds timers (sessions, a restored CompletingRebalance group's sync
+        timer), and replies only when groups were replaced; no records, no events."""
+        engine = self._engine
+        engine.out.reset()
+        loading.load_partition(engine, partition, records, now_ms)
+        return engine.out.build()
+
+    def unload_partition(self, partition: int, now_ms: int) -> Result:
+        """This broker is no longer the leader of offsets ``partition``: its groups and
+        their committed offsets leave memory (the log keeps them for the next leader).
+        The Result holds the NOT_COORDINATOR replies to their parked JoinGroup, SyncGroup
+        and long-poll Heartbeat requests and the cancellations of all their timers; no
+        records, no events. Other partitions' groups are untouched."""
+        engine = self._engine
+        engine.out.reset()
+        holds = unloading.partition_filter(engine, partition)
+        unloading.unload(engine, unloading.groups_of(engine, holds), now_ms)
+        return engine.out.build()
 
     def load(self, records: Iterable[GroupRecord], now_ms: int) -> None:
         """Rebuild groups and offsets from persisted records, in log order."""

@@ -77,6 +77,11 @@ class Engine:
         self.conn_members: dict[int, set[tuple[str, str]]] = {}
         self.out = Outputs()
         self.shared = Sharing()
+        self.refusal: Callable[[str], ErrorCode | None] | None = None
+        """Why a group is not served here (``hosting.refusal``); None: every group is,
+        as in single-broker mode, where nothing is checked."""
+        self.offsets_partitions: int | None = None
+        """``__consumer_offsets``' partition count, for loading and unloading by partition."""
 
     # --- events and records ---------------------------------------------------------
 

@@ -149,6 +149,8 @@ def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Ren
     group = engine.groups.get(group_id)
     if group is None:
         return None  # the full path answers it
+    if engine.refusal is not None and engine.refusal(group_id) is not None:
+        return None  # cluster mode, not served here: the full path refuses it
     member = group.members.get(member_id)
     if classify(group, member, group_id, generation_id, member_id, instance_id, poll_age,
                 wait_ms) is not RENEWED:

@@ -1,10 +1,12 @@
-"""Rebuilding groups and offsets from persisted records at broker start (Kafka's
-"coordinator load"), and arming the timers restored groups need."""
+"""Rebuilding groups and offsets from persisted records (Kafka's "coordinator load"): all
+of them at broker start, or one ``__consumer_offsets`` partition's when this broker
+becomes its leader (cluster mode); and arming the timers restored groups need."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from groupwire.broker.coordinator import unloading
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import owner_map, restore_ownership
 from groupwire.broker.coordinator.group import Group
@@ -23,6 +25,13 @@ from groupwire.broker.coordinator.timers import RETENTION_KEY
 
 def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
     """Replay records in log order: the last record for a key wins, tombstones delete."""
+    replay(engine, records, now_ms)
+    for group in engine.groups.values():
+        _settle(engine, group)
+
+
+def replay(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
+    """Apply records in log order."""
     for record in records:
         if isinstance(record, OffsetCommitRecord):
             if record.group_id not in engine.groups:
@@ -37,10 +46,13 @@ def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
         elif isinstance(record, GroupDeleteRecord):
             engine.groups.pop(record.group_id, None)
             engine.offsets.drop_group(record.group_id)
-    for group in engine.groups.values():
-        group.subscribed_topics = group.compute_subscribed_topics()
-        restore_ownership(group, engine.shared)
-        group.settled_owners = owner_map(group) if group.state is STABLE else {}
+
+
+def _settle(engine: Engine, group: Group) -> None:
+    """What a restored group derives from its persisted members."""
+    group.subscribed_topics = group.compute_subscribed_topics()
+    restore_ownership(group, engine.shared)
+    group.settled_owners = owner_map(group) if group.state is STABLE else {}
 
 
 def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
@@ -71,12 +83,40 @@ def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
 def start(engine: Engine, now_ms: int) -> None:
     """Arm what restored groups need (sessions, pending syncs) and the retention sweep."""
     for group in engine.groups.values():
-        for member in group.members.values():
-            if member.session_deadline is None:
-                engine.arm_session(member, member.session_timeout_ms, now_ms)
-        if group.pending_sync and group.sync_deadline is None:
-            # restored CompletingRebalance: every member owes a SyncGroup
-            engine.arm_sync_timer(group, now_ms)
+        _arm(engine, group, now_ms)
     interval = engine.config.offsets_retention_check_interval_ms
     if interval > 0:
         engine.out.set_timer(RETENTION_KEY, now_ms + interval)
+
+
+def _arm(engine: Engine, group: Group, now_ms: int) -> None:
+    for member in group.members.values():
+        if member.session_deadline is None:
+            engine.arm_session(member, member.session_timeout_ms, now_ms)
+    if group.pending_sync and group.sync_deadline is None:
+        # restored CompletingRebalance: every member owes a SyncGroup
+        engine.arm_sync_timer(group, now_ms)
+
+
+def load_partition(engine: Engine, partition: int, records: Iterable[GroupRecord],
+                   now_ms: int) -> None:
+    """Kafka's ``loadGroupsForPartition``: the partition's groups as it persisted them,
+    their timers counted from ``now_ms`` (the members had no coordinator meanwhile).
+
+    Groups of the partition already here are unloaded first, so the log replaces them
+    whole; records of groups placed on another partition are skipped."""
+    holds = unloading.partition_filter(engine, partition)
+    unloading.unload(engine, unloading.groups_of(engine, holds), now_ms)
+    named: set[str] = set()
+
+    def of_partition(record: GroupRecord) -> bool:
+        if holds(record.group_id):
+            named.add(record.group_id)
+            return True
+        return False
+    replay(engine, filter(of_partition, records), now_ms)
+    for group_id in sorted(named):
+        group = engine.groups.get(group_id)
+        if group is not None:
+            _settle(engine, group)
+            _arm(engine, group, now_ms)

@@ -47,6 +47,10 @@ class OffsetStore:
     def has_offsets(self, group_id: str) -> bool:
         return group_id in self._by_group
 
+    def group_ids(self) -> list[str]:
+        """The groups with committed offsets."""
+        return list(self._by_group)
+
     def drop_group(self, group_id: str) -> list[TP]:
         return sorted(self._by_group.pop(group_id, {}))
 

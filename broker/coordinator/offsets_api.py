@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from groupwire.broker.coordinator import hosting
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
 from groupwire.broker.coordinator.group import Group
@@ -44,6 +45,8 @@ LONG_COMMIT: Final = STEP_WORK
 
 def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
                          now_ms: int) -> None:
+    if engine.refusal is not None and _refused_here(engine, ctx, req):
+        return
     code, group, member = _validate(engine, req, now_ms)
     if code is not ErrorCode.NONE or group is None:
         _refuse_all(engine, ctx, req, code)
@@ -115,6 +118,17 @@ def _refuse_all(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
         for t in req.topics]))
 
 
+def _refused_here(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest) -> bool:
+    """Answered as a whole if the group is not served here (cluster mode)."""
+    assert engine.refusal is not None
+    code = engine.refusal(req.group_id)
+    if code is None:
+        return False
+    engine.out.reply(ctx.conn_id, ctx.correlation_id,
+                     hosting.refused_response(req, req.group_id, code))
+    return True
+
+
 def commit_size(req: OffsetCommitRequest) -> int:
     """Partitions an OffsetCommit names (compare with :data:`LONG_COMMIT`)."""
     return sum(len(t.partitions) for t in req.topics)
@@ -178,6 +192,8 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
     """
     out = engine.out
     out.reset()
+    if engine.refusal is not None and _refused_here(engine, ctx, req):
+        return out.build()
     code, group, member = _validate(engine, req, now_ms)
     if code is not ErrorCode.NONE or group is None:
         _refuse_all(engine, ctx, req, code)
@@ -347,6 +363,11 @@ def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetF
     -1, metadata "". Each partition reads its offset as committed when it is reached
     (a commit in between shows for the partitions read after it)."""
     group_id = req.group_id
+    if engine.refusal is not None:
+        refused = engine.refusal(group_id)
+        if refused is not None:
+            return OffsetFetchResponse(error_code=refused,
+                                       error_message=hosting.message(group_id, refused))
     offsets = engine.offsets
     topics: list[OffsetFetchResponseTopic] = []
     work = 0

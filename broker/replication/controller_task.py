@@ -4,12 +4,19 @@ core's decisions after every image change (docs/design/cluster.md, "The controll
 from __future__ import annotations
 
 import asyncio
-import logging
+import functools
 import random
 import uuid
+from dataclasses import dataclass
 
-from groupwire.broker.cluster.controller import create_topic_txns, decide
-from groupwire.broker.cluster.image import ImageChange
+from groupwire.broker.cluster.controller import (
+    create_partitions_txns,
+    create_topic_txns,
+    decide,
+    delete_topic_txn,
+    preferred_leader_txns,
+)
+from groupwire.broker.cluster.image import ClusterImage, ImageChange, TopicPartition
 from groupwire.broker.cluster.keys import (
     ControllerInfo,
     TopicAssignment,
@@ -20,10 +27,12 @@ from groupwire.broker.cluster.keys import (
 from groupwire.broker.cluster.placement import InvalidReplicationFactor
 from groupwire.broker.cluster.txn import Compare, Put, Txn
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
+from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.membership import Membership
 from groupwire.broker.replication.metadata_watch import MetadataWatcher
+from groupwire.protocol.errors import ErrorCode
 
-log = logging.getLogger(__name__)
+log = get_logger("groupwire.cluster")
 
 RETRY_S = 0.2
 
@@ -34,6 +43,23 @@ class NotControllerError(Exception):
 
 class TopicExistsError(Exception):
     """The caller answers TOPIC_ALREADY_EXISTS (36)."""
+
+
+class UnknownTopicError(Exception):
+    """The caller answers UNKNOWN_TOPIC_OR_PARTITION (3)."""
+
+
+class InvalidPartitionsError(Exception):
+    """The caller answers INVALID_PARTITIONS (37)."""
+
+
+@dataclass(frozen=True, slots=True)
+class InternalTopic:
+    """A topic the controller creates by itself once enough brokers are live."""
+
+    name: str
+    partitions: int
+    replication_factor: int
 
 
 class ControllerTask:
@@ -49,6 +75,10 @@ class ControllerTask:
         self._wake = asyncio.Event()
         self._elected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.elections = 0
+        """Times this broker became the controller (metrics)."""
+        self.internal_topics: list[InternalTopic] = []
+        """Created by the controller when missing and the live brokers are enough."""
         watcher.listeners.append(self._on_change)
         membership.on_fenced.append(self._on_fence)
         membership.on_unfenced.append(self._wake.set)
@@ -84,8 +114,7 @@ class ControllerTask:
 
     def _on_fence(self) -> None:
         if self._epoch:
-            log.warning("controller %d: fenced, stepping down (epoch %d)",
-                        self.node_id, self._epoch)
+            log.warning("controller_fenced", node_id=self.node_id, epoch=self._epoch)
         self._epoch = 0
         self._wake.set()
 
@@ -96,7 +125,7 @@ class ControllerTask:
             try:
                 await self._step()
             except EtcdError as exc:
-                log.warning("controller %d: %s", self.node_id, exc)
+                log.warning("controller_etcd_error", node_id=self.node_id, error=str(exc))
                 await asyncio.sleep(RETRY_S)
                 continue
             await self._wake.wait()
@@ -109,7 +138,7 @@ class ControllerTask:
             return
         if self._epoch and image.revision >= self._epoch \
                 and image.controller_epoch != self._epoch:
-            log.info("controller %d: deposed (epoch %d)", self.node_id, self._epoch)
+            log.info("controller_deposed", node_id=self.node_id, epoch=self._epoch)
             self._epoch = 0
         if not self._epoch:
             if image.controller is not None:
@@ -120,6 +149,23 @@ class ControllerTask:
         for txn in decide(self.watcher.image, self._epoch):
             if not (await self.store.txn(txn)).succeeded:
                 return  # the image was stale: decide again from the next one
+        await self._create_internal_topics()
+
+    async def _create_internal_topics(self) -> None:
+        image = self.watcher.image
+        for topic in self.internal_topics:
+            if topic.name in image.topics or len(image.brokers) < topic.replication_factor:
+                continue
+            txns = create_topic_txns(image, topic.name, topic.partitions,
+                                     topic.replication_factor,
+                                     random.randrange(len(image.brokers)),
+                                     str(uuid.uuid4()), self._epoch, internal=True)
+            for txn in txns:
+                if not (await self.store.txn(txn)).succeeded:
+                    return  # exists after all, or deposed: the next image says which
+            log.info("internal_topic_created", node_id=self.node_id, topic=topic.name,
+                     partitions=topic.partitions,
+                     replication_factor=topic.replication_factor)
 
     async def _campaign(self) -> None:
         lease = self.membership.lease
@@ -129,9 +175,10 @@ class ControllerTask:
         if result.succeeded:
             # The put made the revision: it is the key's create_revision.
             self._epoch = result.revision
+            self.elections += 1
             self._elected.set()
             self._elected = asyncio.Event()
-            log.info("controller %d: elected (epoch %d)", self.node_id, self._epoch)
+            log.info("controller_elected", node_id=self.node_id, epoch=self._epoch)
 
     async def create_topic(self, name: str, partitions: int,
                            replication_factor: int) -> TopicAssignment:
@@ -157,3 +204,120 @@ class ControllerTask:
                                      f"(epoch {epoch}) while creating {name!r}")
         created = await self.watcher.until(lambda im: name in im.topics)
         return created.topics[name]
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete the topic's metadata; each broker's watch then deletes its replicas."""
+        epoch = self._require_epoch()
+        image = self.watcher.image
+        if name not in image.topics:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        if (await self.store.txn(delete_topic_txn(image, name, epoch))).succeeded:
+            await self.watcher.until(lambda im: name not in im.topics)
+            return
+        if await self.store.get(topic_key(self.cluster, name)) is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        raise NotControllerError(f"broker {self.node_id} lost the controller (epoch "
+                                 f"{epoch}) while deleting {name!r}")
+
+    async def create_partitions(self, name: str, total: int) -> TopicAssignment:
+        """Grow the topic to ``total`` partitions, placed over the live brokers."""
+        epoch = self._require_epoch()
+        image = self.watcher.image
+        topic = image.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        if total <= len(topic.replicas):
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {len(topic.replicas)} partitions; the new count "
+                f"must be larger, got {total}")
+        live = len(image.brokers)
+        txns = create_partitions_txns(image, name, total, random.randrange(max(live, 1)),
+                                      epoch)
+        for txn in txns:
+            if not (await self.store.txn(txn)).succeeded:
+                raise NotControllerError(
+                    f"the partitions of {name!r} changed meanwhile, or broker "
+                    f"{self.node_id} lost the controller: try again")
+        grown = await self.watcher.until(
+            lambda im: name in im.topics and len(im.topics[name].replicas) >= total)
+        return grown.topics[name]
+
+    def _require_epoch(self) -> int:
+        epoch = self.epoch
+        if not epoch:
+            raise NotControllerError(f"broker {self.node_id} is not the controller")
+        return epoch
+
+    async def elect_preferred_leaders(self, partitions: set[TopicPartition] | None, *,
+                                      timeout_s: float = 60.0,
+                                      ) -> dict[TopicPartition, ErrorCode]:
+        """Leadership back to each partition's first replica (ElectLeaders' path; None:
+        every partition). NONE once the image shows it leading; ELECTION_NOT_NEEDED if
+        it already did, PREFERRED_LEADER_NOT_AVAILABLE if it is not live or not in the
+        ISR, UNKNOWN_TOPIC_OR_PARTITION; REQUEST_TIMED_OUT for those still waiting after
+        ``timeout_s``. A write that lost to a newer one is decided again from the image
+        the watch brings, as the controller's own decisions are.
+
+        Raises NotControllerError off the controller, or when deposed meanwhile."""
+        self._require_epoch()
+        image = self.watcher.image
+        wanted = (set(partitions) if partitions is not None
+                  else {(name, p) for name, topic in image.topics.items()
+                        for p in range(len(topic.replicas))})
+        results: dict[TopicPartition, ErrorCode] = {}
+        pending: set[TopicPartition] = set()
+        for tp in wanted:
+            code = preferred_election_outcome(image, tp)
+            if code is None:
+                pending.add(tp)
+            else:
+                results[tp] = code
+
+        def settle(image: ClusterImage) -> None:
+            for tp in list(pending):
+                code = preferred_election_outcome(image, tp)
+                if code is not None:  # moved (by us, in an earlier pass) or not movable
+                    results[tp] = (ErrorCode.NONE if code == ErrorCode.ELECTION_NOT_NEEDED
+                                   else code)
+                    pending.discard(tp)
+
+        # Only the waits are bounded: a txn cut off mid-way would leave its outcome
+        # unknown, and the etcd client's connection in an unknown state.
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while pending:
+            epoch = self._require_epoch()
+            image = self.watcher.image
+            for txn in preferred_leader_txns(image, epoch, pending):
+                if not (await self.store.txn(txn)).succeeded:
+                    break  # the image was stale: decide again from the next one
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.watcher.until(functools.partial(_newer, image.revision))
+            except TimeoutError:
+                break
+            finally:
+                settle(self.watcher.image)
+        results.update(dict.fromkeys(pending, ErrorCode.REQUEST_TIMED_OUT))
+        return results
+
+
+def _newer(revision: int, image: ClusterImage) -> bool:
+    return image.revision > revision
+
+
+def preferred_election_outcome(image: ClusterImage, tp: TopicPartition) -> ErrorCode | None:
+    """What a preferred election of ``tp`` would answer from ``image``, or None if it
+    needs a write."""
+    topic = image.topics.get(tp[0])
+    if topic is None or not 0 <= tp[1] < len(topic.replicas):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    state = image.partitions.get(tp)
+    replicas = topic.replicas[tp[1]]
+    if not replicas or state is None:
+        return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    preferred = replicas[0]
+    if state.leader == preferred:
+        return ErrorCode.ELECTION_NOT_NEEDED
+    if preferred not in image.brokers or preferred not in state.isr:
+        return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ from dataclasses import dataclass
 from groupwire.broker.cluster.keys import BrokerInfo, broker_key, encode_broker
 from groupwire.broker.cluster.txn import Compare, Put, Txn
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
+from groupwire.broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger("groupwire.cluster")
 
 REGISTER_MARGIN_S = 1.0
 """Beyond the TTL, how long a restart waits for its old key: etcd drops a dead holder's
@@ -108,7 +108,7 @@ class Membership:
             try:
                 ttl = await self.store.keep_alive(self._lease)
             except EtcdError as exc:
-                log.warning("broker %d: keep-alive failed: %s", self.info.node_id, exc)
+                log.warning("keep_alive_failed", node_id=self.info.node_id, error=str(exc))
             else:
                 if ttl > 0:
                     self._rule.answered(sent)
@@ -119,7 +119,7 @@ class Membership:
             try:
                 await self._reregister()
             except (EtcdError, RegistrationError) as exc:
-                log.warning("broker %d: re-registering failed: %s", self.info.node_id, exc)
+                log.warning("register_failed", node_id=self.info.node_id, error=str(exc))
                 return
         self._tell(fenced=self.fenced)
 
@@ -132,8 +132,11 @@ class Membership:
         if fenced == self._told_fenced:
             return
         self._told_fenced = fenced
-        log.log(logging.WARNING if fenced else logging.INFO, "broker %d %s",
-                self.info.node_id, "fenced itself" if fenced else "registered again")
+        if fenced:
+            log.warning("broker_fenced", node_id=self.info.node_id,
+                        why="no keep-alive answered for a whole lease TTL")
+        else:
+            log.info("broker_registered_again", node_id=self.info.node_id)
         for listener in list(self.on_fenced if fenced else self.on_unfenced):
             listener()
 
@@ -175,8 +178,8 @@ class Membership:
         held = await self.store.get(self.key)
         if held is None:
             return
-        log.info("broker %d: waiting for the previous registration to expire",
-                 self.info.node_id)
+        log.info("register_waiting", node_id=self.info.node_id,
+                 why="the previous registration's lease has not expired yet")
         # The prefix also matches brokers/<id>N: look at this key's events only.
         stream = self.store.watch(self.key, held.mod_revision + 1)
         try:

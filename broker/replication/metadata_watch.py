@@ -4,16 +4,16 @@ a compacted or lost watch is answered by reading everything again."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import TypeVar
 
 from groupwire.broker.cluster.image import ClusterImage, ImageChange
 from groupwire.broker.cluster.keys import prefix
 from groupwire.broker.etcd.store import EtcdError, MetadataStore, WatchCompactedError
+from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.membership import close_stream
 
-log = logging.getLogger(__name__)
+log = get_logger("groupwire.cluster")
 
 RETRY_S = 0.2
 """Pause before reading again after an error, so a down etcd is not hammered."""
@@ -79,10 +79,10 @@ class MetadataWatcher:
             try:
                 await self._follow()
             except WatchCompactedError as exc:
-                log.info("metadata watch compacted (%s): reading again", exc)
+                log.info("metadata_watch_compacted", error=str(exc))
                 continue
             except EtcdError as exc:
-                log.warning("metadata watch lost (%s): reading again", exc)
+                log.warning("metadata_watch_lost", error=str(exc))
             await asyncio.sleep(RETRY_S)
 
     async def _follow(self) -> None:

@@ -67,14 +67,18 @@ class FileOps:
             raise OSError(f"short read: {len(data)} of {size} bytes at {offset}")
         return data
 
-    def write_file_atomic(self, path: Path, data: bytes) -> None:
-        """Replace ``path`` with ``data`` so a crash leaves the old or the new file whole."""
+    def write_file_atomic(self, path: Path, data: bytes, *, sync: bool = True) -> None:
+        """Replace ``path`` with ``data`` so a crash leaves the old or the new file whole
+        (with ``sync`` False, as whole as the OS keeps an unsynced rename: ``--fsync
+        never``)."""
         tmp = path.with_name(path.name + ".tmp")
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             self.write_all(fd, data, 0)
-            self.fsync(fd)
+            if sync:
+                self.fsync(fd)
         finally:
             self.close(fd)
         self.replace(tmp, path)
-        self.fsync_dir(path.parent)
+        if sync:
+            self.fsync_dir(path.parent)

@@ -31,6 +31,9 @@ class FlushItem:
     on_failed: Callable[[OSError], None]
     error: OSError | None = None
     """Set: the log already failed and this item only reports it (no fsync)."""
+    writes: list[Callable[[], None]] = field(default_factory=list)
+    """Small files to replace once the files are synced (a replica's high watermark):
+    run by :meth:`FlushTicket.sync`, off the loop; an ``OSError`` fails the item."""
     synced: bool = False
 
 
@@ -63,6 +66,8 @@ class FlushTicket:
                     self.pool.sync(f, generation)
                 for directory in item.dirs:
                     self.pool.ops.fsync_dir(directory)
+                for write in item.writes:
+                    write()
             except OSError as exc:
                 self.errors.append(exc)
                 item.on_failed(exc)

@@ -10,17 +10,26 @@ A failed fsync takes the log offline: appends are refused, reads go on. After
 the high watermark (what was never acknowledged nor served goes), reads back, checks,
 rewrites and fsyncs everything above the last successful fsync, and only then accepts
 writes again (docs/design/storage.md, "Failed fsync").
+
+A log becomes *replicated* once cluster mode calls :meth:`PartitionLog.become_leader`,
+:meth:`~PartitionLog.append_replica` or :meth:`~PartitionLog.set_high_watermark` (or at
+open, if it was before): it then keeps its leader-epoch cache in
+``leader-epoch-checkpoint`` and its high watermark is set from outside (the leader's
+replica state, or the leader's answer on a follower) and saved in ``high-watermark`` at
+each flush. Until then the log behaves as in single-broker mode, writing neither file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
+from groupwire.broker.cluster.epochs import LeaderEpochCache
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import CorruptLogError, OffsetNotInLogError, StorageError
@@ -28,18 +37,32 @@ from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.recovery import RecoveryReport, open_segments
+from groupwire.broker.storage.replica_files import (
+    load_epoch_cache,
+    load_high_watermark,
+    save_epoch_cache,
+    save_high_watermark,
+)
 from groupwire.broker.storage.segment import Segment
 from groupwire.protocol.batches import (
+    BATCH_V0,
+    BATCH_V1,
     MIN_BATCH_SIZE,
+    NO_PARTITION_LEADER_EPOCH,
     BatchHeader,
     CorruptBatchError,
     DecodedRecord,
     decode_records,
+    iter_batch_spans,
+    stamp_batch,
+    upconvert_v0,
     with_base_offset,
 )
-from groupwire.protocol.steps import Steps
+from groupwire.protocol.steps import Steps, run_steps
 
 SCAN_CHUNK_BYTES: Final = 1024 * 1024
+SINGLE_BROKER_LEADER_EPOCH: Final = 0
+"""The epoch a log that is not replicated stamps into v1 batches (docs/protocol.md §4)."""
 WRITE_PIECE = 1024 * 1024
 """Bytes of a batch written in one step of :meth:`PartitionLog.append_steps` (~2-3 ms)."""
 
@@ -87,6 +110,19 @@ class PartitionLog:
         self._bases = [s.base_offset for s in segments]
         self._leo = segments[-1].next_offset
         self._hw = self._leo
+        self._sync_files = config.fsync is not FsyncPolicy.NEVER
+        self._replicated = False
+        self._epoch_cache = LeaderEpochCache()
+        self._leader_epoch = SINGLE_BROKER_LEADER_EPOCH
+        """Stamped into the batches :meth:`append` stores (v1)."""
+        self._hw_saved: int | None = None
+        """The high watermark the ``high-watermark`` file holds (None: no file)."""
+        try:
+            self._load_replica_files()
+        except BaseException:
+            for seg in segments:
+                seg.close()
+            raise
         self._unsynced: list[Segment] = [s for s in segments if s.touched]
         self._durable = self._unsynced[0].base_offset if self._unsynced else self._leo
         """Everything below was fsynced (by this run, or before a clean shutdown)."""
@@ -113,6 +149,21 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._hw
+
+    @property
+    def replicated(self) -> bool:
+        """Cluster mode told this log it is a replica (now or in an earlier run)."""
+        return self._replicated
+
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch stamped into batches appended as leader."""
+        return self._leader_epoch
+
+    @property
+    def epoch_cache(self) -> LeaderEpochCache:
+        """The leader-epoch cache; change it only through this log's methods."""
+        return self._epoch_cache
 
     @property
     def size_bytes(self) -> int:
@@ -144,12 +195,13 @@ class PartitionLog:
         """
         self._check_writable()
         self._check_idle()
-        header = self._based(batch, header)
-        data = with_base_offset(batch, header.base_offset)
+        stored = self._based(batch, header)
+        self._assign_epoch(stored)
+        data = _stamped(batch, stored)
         seg = self._active_for(len(data))
-        seg.append(data, header)
-        self._appended(seg, header)
-        return header.base_offset
+        seg.append(data, stored)
+        self._appended(seg, stored)
+        return stored.base_offset
 
     def append_steps(self, batch: bytes, header: BatchHeader) -> Steps[int]:
         """:meth:`append` in steps: a batch over ``WRITE_PIECE`` bytes is written a piece
@@ -166,35 +218,236 @@ class PartitionLog:
         if len(batch) <= WRITE_PIECE:
             return self.append(batch, header)
         self._check_writable()
-        header = self._based(batch, header)
+        stored = self._based(batch, header)
+        self._assign_epoch(stored)
         self._appending = True
         try:
-            seg = self._active_for(len(batch))
-            pos = seg.begin_write()
-            try:
-                view = memoryview(batch)
-                seg.write_piece(with_base_offset(batch[:WRITE_PIECE], header.base_offset), pos)
-                for start in range(WRITE_PIECE, len(batch), WRITE_PIECE):
-                    yield
-                    self._check_still_writable()
-                    seg.write_piece(view[start:start + WRITE_PIECE], pos + start)
-                seg.finish_write(header, pos, pos + len(batch))
-            except BaseException:  # GeneratorExit too: the task was cancelled
-                if not self._closed:
-                    seg.abandon_write()
-                raise
-            self._appended(seg, header)
+            # an upconverted v0 batch is 5 bytes longer: only its first piece changes
+            yield from self._write_stepped(memoryview(batch), stored,
+                                           stored.header_size - header.header_size)
         finally:
             self._appending = False
-        return header.base_offset
+        return stored.base_offset
+
+    def _write_stepped(self, view: memoryview, stored: BatchHeader, shift: int) -> Steps[None]:
+        """Write one batch a ``WRITE_PIECE`` a step, the first piece stamped as
+        ``stored`` says (``shift`` bytes longer once stamped); it counts after the last."""
+        seg = self._active_for(len(view) + shift)
+        pos = seg.begin_write()
+        try:
+            seg.write_piece(_stamped(view[:WRITE_PIECE], stored), pos)
+            for start in range(WRITE_PIECE, len(view), WRITE_PIECE):
+                yield
+                self._check_still_writable()
+                seg.write_piece(view[start:start + WRITE_PIECE], pos + shift + start)
+            seg.finish_write(stored, pos, pos + shift + len(view))
+        except BaseException:  # GeneratorExit too: the task was cancelled
+            if not self._closed:
+                seg.abandon_write()
+            raise
+        self._appended(seg, stored)
 
     def _based(self, batch: bytes, header: BatchHeader) -> BatchHeader:
-        """``header`` as the batch is stored: at the log end offset."""
+        """``header`` as the batch is stored: at the log end offset and, unless a v0
+        batch goes to a log that is not replicated (stored as sent), in layout v1 with
+        this log's leader epoch."""
         if len(batch) < MIN_BATCH_SIZE or header.record_count < 1:
             raise ValueError("append needs a validated batch")
-        return BatchHeader(base_offset=self._leo, base_timestamp_ms=header.base_timestamp_ms,
-                           record_count=header.record_count, crc=header.crc,
-                           attributes=header.attributes)
+        if header.version == BATCH_V0 and not self._replicated:
+            return dataclasses.replace(header, base_offset=self._leo)
+        return dataclasses.replace(header, base_offset=self._leo, version=BATCH_V1,
+                                   leader_epoch=self._leader_epoch)
+
+    # --- replication --------------------------------------------------------------------
+
+    def become_leader(self, epoch: int) -> None:
+        """Lead from now on in ``epoch``: appends stamp it into their batches (a v0 batch is
+        upconverted first), and the cache says it starts at the log end (Kafka assigns a
+        new leader's epoch there when it takes over). Refused while a stepped append is
+        under way: its batch carries the old epoch and would land inside the new one."""
+        self._check_open()
+        self._check_idle()
+        latest = self._epoch_cache.latest_epoch
+        if epoch < 0 or (latest is not None and epoch < latest):
+            raise ValueError(f"leader epoch {epoch} of {self.topic}-{self.partition} is "
+                             f"older than the latest one, {latest}")
+        first = not self._replicated
+        self._replicated = True
+        self._leader_epoch = epoch
+        self._epoch_cache.assign(epoch, self._leo)
+        if first or latest != self._epoch_cache.latest_epoch:
+            self._save_epochs()
+
+    def append_replica(self, data: bytes) -> int:
+        """A follower's append of whole batches exactly as the leader stored them (base
+        offsets and leader epochs kept); returns the new log end offset.
+
+        Batches wholly below the log end are skipped (the leader's answer starts at the
+        batch holding the fetch offset); one that does not start at the log end is a gap
+        (:class:`StorageError`, nothing appended). Every batch is checked (framing, CRC)
+        first: a bad one raises :class:`CorruptLogError` and nothing is appended. Each
+        batch's epoch (v1) goes into the cache, saved before the batch is written: after
+        a crash in between, opening drops entries past the log end."""
+        return run_steps(self.append_replica_steps(data))
+
+    def append_replica_steps(self, data: bytes) -> Steps[int]:
+        """:meth:`append_replica`, a step per batch and per ``WRITE_PIECE`` of a big one;
+        one at a time with :meth:`append_steps` (each waits for the other)."""
+        while self._appending:
+            yield
+        self._check_writable()
+        try:
+            spans = list(iter_batch_spans(data))
+        except CorruptBatchError as exc:
+            raise CorruptLogError(f"replica data for {self.topic}-{self.partition}: "
+                                  f"{exc.message} (byte {exc.position})") from exc
+        expected = self._leo
+        for header, _, _ in spans:
+            if header.next_offset <= expected:
+                continue
+            if header.base_offset != expected:
+                raise StorageError(
+                    f"replica data for {self.topic}-{self.partition} has a batch at offset "
+                    f"{header.base_offset} where {expected} was expected (a gap)")
+            expected = header.next_offset
+        if not self._replicated:
+            self._replicated = True
+            self._save_epochs()
+        view = memoryview(data)
+        self._appending = True
+        try:
+            for header, start, end in spans:
+                if header.next_offset <= self._leo:
+                    continue
+                self._check_still_writable()
+                if header.version == BATCH_V1:
+                    self._assign_epoch(header)
+                yield from self._write_stepped(view[start:end], header, 0)
+                yield
+        finally:
+            self._appending = False
+        return self._leo
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log so that it ends at ``offset``, or at the start of the batch
+        holding it (a follower whose log diverged from its leader's): whole segments
+        above go, the cache forgets epochs starting there or later, and the high
+        watermark comes down if it was above."""
+        self._check_open()
+        self._check_idle()
+        if offset >= self._leo:
+            return
+        segments = self._segments
+        cut = max(offset, self.log_start_offset)
+        seg = segments[bisect_right(self._bases, cut) - 1]
+        if seg.entry_count and cut < seg.next_offset:
+            cut = seg.bases[seg.entry_for(cut)]
+        try:
+            while len(segments) > 1 and segments[-1].base_offset >= cut:
+                gone = segments.pop()
+                self._bases.pop()
+                self._dir_gen += 1
+                self._unsynced = [s for s in self._unsynced if s is not gone]
+                gone.delete()
+            active = segments[-1]
+            active.touched = True   # fsynced before a clean shutdown is recorded
+            active.truncate_from(cut)
+        except OSError as exc:
+            self._leo = segments[-1].next_offset  # what was cut before it failed
+            self._hw = min(self._hw, self._leo)
+            self._fail(exc, self._durable)
+            raise StorageError(f"cannot truncate {self.topic}-{self.partition} to "
+                               f"{cut}: {exc}") from exc
+        finally:
+            self._epoch += 1  # a ticket taken before it covers what is gone
+        if not self._unsynced or self._unsynced[-1] is not active:
+            self._unsynced.append(active)
+        self._leo = cut
+        self._hw = min(self._hw, cut)
+        self._durable = min(self._durable, cut)
+        self._fail_reported = min(self._fail_reported, cut)
+        self._mark_dirty()
+        before = self._epoch_cache.entries
+        self._epoch_cache.truncate_from_end(cut)
+        if self._replicated and self._epoch_cache.entries != before:
+            self._save_epochs()
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch's answer for ``epoch``: ``(epoch, end offset)`` of the
+        largest epoch at or below it, or ``(-1, -1)`` (``LeaderEpochCache.end_offset_for``)."""
+        return self._epoch_cache.end_offset_for(epoch, self._leo)
+
+    def set_high_watermark(self, offset: int) -> None:
+        """The high watermark from outside (replicated mode): kept within
+        ``[log_start_offset, log_end_offset]``. It may come down (a follower takes its
+        new leader's, which can lag)."""
+        self._replicated = True
+        hw = max(self.log_start_offset, min(offset, self._leo))
+        if hw != self._hw:
+            self._hw = hw
+            if hw != self._hw_saved:
+                self._mark_dirty()
+
+    def _assign_epoch(self, header: BatchHeader) -> None:
+        """Note ``header``'s epoch in the cache (replicated logs), saving the checkpoint
+        before the batch is written if that changed it. An epoch older than the latest
+        (a leader's log with batches stamped out of order) is left out, not refused."""
+        if not self._replicated or header.leader_epoch == NO_PARTITION_LEADER_EPOCH:
+            return
+        latest = self._epoch_cache.latest_epoch
+        if latest is not None and header.leader_epoch <= latest:
+            if header.leader_epoch < latest:
+                log.warning("replica_epoch_out_of_order", topic=self.topic,
+                            partition=self.partition, epoch=header.leader_epoch,
+                            latest_epoch=latest, base_offset=header.base_offset)
+            return
+        self._epoch_cache.assign(header.leader_epoch, header.base_offset)
+        self._save_epochs()
+
+    def _save_epochs(self) -> None:
+        """Write the checkpoint; a failure takes the log offline, as a failed fsync
+        does (a replica whose cache may be lost cannot be trusted to truncate right)."""
+        try:
+            save_epoch_cache(self._ops, self.directory, self._epoch_cache,
+                             sync=self._sync_files)
+        except OSError as exc:
+            self._fail(exc, self._durable)
+            raise StorageError(f"cannot write the leader-epoch checkpoint of "
+                               f"{self.topic}-{self.partition}: {exc}") from exc
+
+    def _load_replica_files(self) -> None:
+        """Open as a replica if an earlier run was one: the cache without the epochs
+        recovery may have cut, the high watermark as last flushed (the log start if it
+        was never flushed), never past the log end."""
+        try:
+            cache = load_epoch_cache(self._ops, self.directory)
+        except (OSError, ValueError) as exc:
+            log.warning("epoch_checkpoint_unreadable", topic=self.topic,
+                        partition=self.partition, error=str(exc))
+            cache = LeaderEpochCache()
+            self._replicated = True
+        try:
+            saved_hw = load_high_watermark(self._ops, self.directory)
+        except (OSError, ValueError) as exc:
+            log.warning("high_watermark_unreadable", topic=self.topic,
+                        partition=self.partition, error=str(exc))
+            saved_hw = None
+            self._replicated = True
+        if cache is None and saved_hw is None and not self._replicated:
+            return
+        self._replicated = True
+        if cache is not None:
+            self._epoch_cache = cache
+        before = self._epoch_cache.entries
+        self._epoch_cache.truncate_from_end(self._leo)
+        latest = self._epoch_cache.latest_epoch
+        if latest is not None:
+            self._leader_epoch = latest
+        self._hw_saved = saved_hw
+        start = self.log_start_offset
+        self._hw = max(start, min(saved_hw if saved_hw is not None else start, self._leo))
+        if self._epoch_cache.entries != before:
+            self._save_epochs()
 
     def _active_for(self, size: int) -> Segment:
         """The segment a batch of ``size`` bytes goes to, rolling a full one."""
@@ -206,7 +459,7 @@ class PartitionLog:
     def _appended(self, seg: Segment, header: BatchHeader) -> None:
         """The batch just indexed in ``seg`` counts: readers and flushes see it."""
         self._leo = header.next_offset
-        if not self._always:
+        if not self._always and not self._replicated:
             self._hw = self._leo
         if not self._unsynced or self._unsynced[-1] is not seg:
             self._unsynced.append(seg)
@@ -244,6 +497,10 @@ class PartitionLog:
         self._bases.append(new.base_offset)
         self._dir_gen += 1
         return new
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -295,14 +552,32 @@ class PartitionLog:
             return FlushItem(end_offset=self._leo, files=[], dirs=[], on_synced=_nothing,
                              on_failed=_ignore, error=failed)
         dir_pending = self._dir_gen > self._dir_synced_gen
-        if self._durable >= self._leo and not self._unsynced and not dir_pending:
+        hw = self._hw if self._replicated and self._hw != self._hw_saved else None
+        if (self._durable >= self._leo and not self._unsynced and not dir_pending
+                and hw is None):
             self._dirty = False
             return None
         segments = list(self._unsynced)
         files = [(seg.log_file, seg.log_file.written) for seg in segments]
         end, gen, epoch = self._leo, self._dir_gen, self._epoch
+        writes: list[Callable[[], None]] = []
+        if hw is not None:
+            ops, directory, sync = self._ops, self.directory, self._sync_files
+
+            def write_hw() -> None:   # on the flusher's thread
+                if self._closed:
+                    return
+                try:
+                    save_high_watermark(ops, directory, hw, sync=sync)
+                except FileNotFoundError:
+                    if not self._closed:
+                        raise   # else deleted meanwhile: its directory went
+
+            writes.append(write_hw)
 
         def synced() -> None:
+            if hw is not None:
+                self._hw_saved = hw
             if epoch == self._epoch:
                 self._synced(end, segments, gen)
 
@@ -312,12 +587,12 @@ class PartitionLog:
 
         return FlushItem(end_offset=end, files=files,
                          dirs=[self.directory] if dir_pending else [],
-                         on_synced=synced, on_failed=failed_sync)
+                         on_synced=synced, on_failed=failed_sync, writes=writes)
 
     def _synced(self, end: int, segments: list[Segment], gen: int) -> None:
         if end > self._durable:
             self._durable = end
-        if self._always and end > self._hw:
+        if self._always and not self._replicated and end > self._hw:
             self._hw = min(end, self._leo)
         self._dir_synced_gen = max(self._dir_synced_gen, gen)
         done = {id(s) for s in segments if s.next_offset <= end}
@@ -348,13 +623,18 @@ class PartitionLog:
         """
         failed = self._failed
         leo_before, hw_before = self._leo, self._hw
+        # What was never acknowledged: above the high watermark, or on a replica (whose
+        # high watermark waits for followers) above what an acks=1 answer covered.
+        cut = self._hw
+        if self._replicated:
+            cut = max(self._hw, self._durable) if self._always else self._leo
         try:
-            while len(self._segments) > 1 and self._segments[-1].base_offset > self._hw:
+            while len(self._segments) > 1 and self._segments[-1].base_offset > cut:
                 seg = self._segments.pop()
                 self._bases.pop()
                 seg.delete()
                 self._dir_gen += 1
-            self._segments[-1].truncate_from(self._hw)
+            self._segments[-1].truncate_from(cut)
             for i, seg in enumerate(self._segments):
                 suspect = seg.next_offset > self._durable or seg.log_file.error is not None
                 if not suspect:
@@ -370,6 +650,10 @@ class PartitionLog:
                         gone.delete()
                     break
             self._ops.fsync_dir(self.directory)
+            end = self._segments[-1].next_offset
+            if self._replicated and self._epoch_cache.latest_epoch is not None:
+                self._epoch_cache.truncate_from_end(end)
+                self._save_epochs()
         except (OSError, StorageError) as exc:
             self._leo = self._segments[-1].next_offset  # what was cut before it failed
             self._hw = min(self._hw, self._leo)
@@ -383,7 +667,8 @@ class PartitionLog:
                                f"{exc}") from exc
         self._epoch += 1
         self._leo = self._segments[-1].next_offset
-        self._hw = self._durable = self._leo
+        self._hw = min(hw_before, self._leo) if self._replicated else self._leo
+        self._durable = self._leo
         self._unsynced = []
         self._dir_synced_gen = self._dir_gen
         self._fail_reported = self._leo
@@ -404,16 +689,20 @@ class PartitionLog:
 
     # --- reading ------------------------------------------------------------------------
 
-    def read(self, fetch_offset: int, max_bytes: int, first_batch_always: bool) -> bytes:
-        """Whole batches from the one holding ``fetch_offset``, below the high watermark.
+    def read(self, fetch_offset: int, max_bytes: int, first_batch_always: bool, *,
+             to_log_end: bool = False) -> bytes:
+        """Whole batches from the one holding ``fetch_offset``, below the high watermark
+        (what consumers see), or with ``to_log_end`` below the log end (a follower's
+        fetch: it copies what is not committed yet too).
 
         At most ``max_bytes``, except that with ``first_batch_always`` the first batch is
         returned whatever its size (KIP-74). Stops at a segment end. Raises
-        :class:`OffsetNotInLogError` outside ``[log_start_offset, high_watermark]``.
+        :class:`OffsetNotInLogError` outside ``[log_start_offset, high_watermark]`` (or
+        the log end).
         """
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")
-        start, hw = self.log_start_offset, self._hw
+        start, hw = self.log_start_offset, self._leo if to_log_end else self._hw
         if not start <= fetch_offset <= hw:
             raise OffsetNotInLogError(
                 f"offset {fetch_offset} is outside [{start}, {hw}] "
@@ -544,6 +833,12 @@ class PartitionLog:
             with contextlib.suppress(OSError):
                 seg.delete()
             deleted += 1
+        if deleted and self._replicated and self._epoch_cache.latest_epoch is not None:
+            before = self._epoch_cache.entries
+            self._epoch_cache.truncate_from_start(self.log_start_offset)
+            if self._epoch_cache.entries != before:
+                with contextlib.suppress(StorageError):  # the log is offline then
+                    self._save_epochs()
         return deleted
 
     def close(self, *, sync: bool = True) -> bool:
@@ -572,6 +867,13 @@ class PartitionLog:
                 self._ops.fsync_dir(self.directory)
             except OSError:
                 clean = False
+        if sync and self._replicated and self._hw != self._hw_saved:
+            try:
+                save_high_watermark(self._ops, self.directory, self._hw,
+                                    sync=self._sync_files)
+                self._hw_saved = self._hw
+            except OSError:
+                clean = False
         return clean
 
 
@@ -581,3 +883,13 @@ def _nothing() -> None:
 
 def _ignore(exc: OSError) -> None:
     pass
+
+
+def _stamped(data: bytes | memoryview, stored: BatchHeader) -> bytes:
+    """A batch (or its first piece) as ``stored`` says it is stored: base offset, and in
+    v1 the leader epoch, written in; a v0 batch stored as v1 is upconverted first."""
+    if stored.version == BATCH_V0:
+        return with_base_offset(data, stored.base_offset)
+    if data[1] == 0x95:
+        data = upconvert_v0(data)
+    return stamp_batch(data, stored.base_offset, stored.leader_epoch)

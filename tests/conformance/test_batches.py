@@ -17,6 +17,7 @@ from .wire import (
     assemble,
     base_offset_of,
     batch,
+    batch_v1,
     create_topic,
     decode_batch,
     fetch_one,
@@ -27,16 +28,44 @@ from .wire import (
     split_batches,
     values_batch,
     with_offset,
+    with_offset_and_epoch,
 )
 
 TS = 1_732_250_000_000
 VECTOR_RECORDS = [Rec(b"k1", b"v1"), Rec(None, b"v2", ts_delta=5, headers=(("trace", b"\x01"),))]
 VECTOR_HEADER = "9295cf0000000000000000d30000019352255a80ce00000002ce85de3b1500"
+V1_VECTOR_HEADER = "9296cf0000000000000000d2ffffffffd30000019352255a80ce00000002ce85de3b1500"
 
 
 def test_own_batch_builder_matches_the_spec_test_vector() -> None:
     """Guards the suite itself: the hand-built header equals §5.1's vector."""
     assert batch(VECTOR_RECORDS, TS)[:31].hex() == VECTOR_HEADER
+
+
+def test_own_v1_batch_builder_matches_the_spec_v1_test_vector() -> None:
+    """§5.1's v1 vector, and its rule that a v0 batch becomes v1 by inserting the epoch
+    after the base offset, the CRC unchanged."""
+    v0, v1 = batch(VECTOR_RECORDS, TS), batch_v1(VECTOR_RECORDS, TS)
+    assert v1[:36].hex() == V1_VECTOR_HEADER
+    assert v1 == b"\x92\x96" + v0[2:11] + b"\xd2\xff\xff\xff\xff" + v0[11:]
+    header, records = msgpack.unpackb(v1, raw=False)
+    assert header == [0, -1, TS, 2, 0x85DE3B15, 0]
+    assert records == msgpack.unpackb(v0, raw=False)[1]
+
+
+async def test_v1_stored_with_offset_and_epoch_stamped_next_to_v0_as_sent(conn: WireConn
+                                                                          ) -> None:
+    """A single broker leads every partition in epoch 0 (§4): it stamps that into a v1
+    batch; a v0 batch is stored as sent; one fetch may hold both."""
+    await create_topic(conn, "layouts")
+    first, second = batch_v1(VECTOR_RECORDS, TS), batch(VECTOR_RECORDS, TS + 1000)
+    assert (await produce(conn, "layouts", 0, first))["base_offset"] == 0
+    assert (await produce(conn, "layouts", 0, second))["base_offset"] == 2
+    part = await fetch_one(conn, "layouts", 0, 0)
+    assert part["records"] == with_offset_and_epoch(first, 0, 0) + with_offset(second, 2)
+    records = [r for b in split_batches(part["records"]) for r in decode_batch(b)]
+    assert [(r.offset, r.timestamp, r.value) for r in records] == [
+        (0, TS, b"v1"), (1, TS + 5, b"v2"), (2, TS + 1000, b"v1"), (3, TS + 1005, b"v2")]
 
 
 async def test_stored_byte_identical_with_base_offset_patched(conn: WireConn) -> None:

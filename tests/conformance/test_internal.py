@@ -66,9 +66,10 @@ async def test_offsets_land_on_the_group_partition(conn: WireConn, group: str,
     part = await fetch_one(conn, OFFSETS_TOPIC, partition, 0)
     batches = split_batches(part["records"])
     assert batches
-    for b in batches:  # internal logs use the same batch format
-        assert b[:3] == b"\x92\x95\xcf" and b[11] == 0xd3 and b[20] == 0xce and b[25] == 0xce
-        assert int.from_bytes(b[26:30]) == crc_of(b) and b[30] == 0
+    for b in batches:  # internal logs use the same batch format (v1, epoch 0 here)
+        assert b[:3] == b"\x92\x96\xcf" and b[11] == 0xd2 and b[12:16] == bytes(4)
+        assert b[16] == 0xd3 and b[25] == 0xce and b[30] == 0xce
+        assert int.from_bytes(b[31:35]) == crc_of(b) and b[35] == 0
 
 
 async def test_find_coordinator_answers_node_0(start_broker: StartBroker,

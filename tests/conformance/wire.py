@@ -47,9 +47,10 @@ class Api:
     OFFSET_FOR_LEADER_EPOCH = 23
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
 
 
-ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 23, 37, 42)
+ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 23, 37, 42, 43)
 
 
 class Err:
@@ -79,8 +80,10 @@ class Err:
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     MEMBER_ID_REQUIRED = 79
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    ELECTION_NOT_NEEDED = 84
     PARTITION_NOT_OWNED = 1001
 
 
@@ -357,6 +360,10 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
         "groups": [{"group_id": "str", "protocol_type": "str", "group_state": "str"}],
     },
     Api.DELETE_GROUPS: {"results": [{"group_id": "str", "error_code": "int"}]},
+    Api.ELECT_LEADERS: {
+        "replica_election_results": [{"topic": "str", "partition_result": [
+            {"partition_id": "int", "error_code": "int"}]}],
+    },
 }
 
 EVENT_SCHEMA: dict[str, Any] = {
@@ -423,7 +430,9 @@ def assert_present_fields_typed(api_key: int, body: dict[str, Any]) -> None:
 
 MARKER_ARRAY2 = 0x92
 MARKER_HEADER5 = 0x95
+MARKER_HEADER6 = 0x96
 HEADER_LEN = 31
+V1_HEADER_LEN = 36
 
 
 @dataclass(frozen=True)
@@ -441,7 +450,9 @@ def records_region(records: Iterable[Rec]) -> bytes:
 
 
 def crc_of(batch: bytes | bytearray) -> int:
-    """§5.1: zlib CRC-32 over bytes 11-24, then 30-end."""
+    """§5.1: zlib CRC-32 over bytes 11-24, then 30-end (v1: 16-29, then 35-end)."""
+    if batch[1] == MARKER_HEADER6:
+        return zlib.crc32(bytes(batch[35:]), zlib.crc32(bytes(batch[16:30])))
     return zlib.crc32(bytes(batch[30:]), zlib.crc32(bytes(batch[11:25])))
 
 
@@ -461,6 +472,31 @@ def assemble(region: bytes, *, count: int, base_ts: int, base_offset: int = 0,
 
 def batch(records: list[Rec], base_ts: int = 1_732_250_000_000) -> bytes:
     return assemble(records_region(records), count=len(records), base_ts=base_ts)
+
+
+def assemble_v1(region: bytes, *, count: int, base_ts: int, base_offset: int = 0,
+                leader_epoch: int = -1, attributes: int = 0) -> bytes:
+    """A layout v1 batch from its parts (§5.1): the epoch after the base offset, the CRC
+    over bytes 16-29 and 35-end."""
+    head = bytearray([MARKER_ARRAY2, MARKER_HEADER6])
+    head += b"\xcf" + struct.pack(">Q", base_offset)
+    head += b"\xd2" + struct.pack(">i", leader_epoch)
+    head += b"\xd3" + struct.pack(">q", base_ts)
+    head += b"\xce" + struct.pack(">I", count)
+    head += b"\xce" + b"\x00\x00\x00\x00"
+    head += bytes([attributes])
+    out = head + region
+    struct.pack_into(">I", out, 31, zlib.crc32(bytes(out[35:]), zlib.crc32(bytes(out[16:30]))))
+    return bytes(out)
+
+
+def batch_v1(records: list[Rec], base_ts: int = 1_732_250_000_000) -> bytes:
+    return assemble_v1(records_region(records), count=len(records), base_ts=base_ts)
+
+
+def with_offset_and_epoch(b: bytes, offset: int, epoch: int) -> bytes:
+    """What the broker must store of a v1 batch: bytes 3-10 and 12-15 replaced."""
+    return b[:3] + struct.pack(">Q", offset) + b"\xd2" + struct.pack(">i", epoch) + b[16:]
 
 
 def values_batch(*values: bytes, base_ts: int = 1_732_250_000_000) -> bytes:
@@ -506,8 +542,10 @@ class FetchedRecord:
 
 
 def decode_batch(b: bytes) -> list[FetchedRecord]:
+    """Either layout: v0's header is ``[base_offset, base_ts, ...]``, v1's
+    ``[base_offset, leader_epoch, base_ts, ...]``."""
     header, records = msgpack.unpackb(b, raw=False)
-    base_offset, base_ts = header[0], header[1]
+    base_offset, base_ts = header[0], header[2 if len(header) == 6 else 1]
     return [FetchedRecord(base_offset + r[0], base_ts + r[1], r[2], r[3], r[4])
             for r in records]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from groupwire.broker.metrics import BrokerMetrics, StateViews
+from groupwire.broker.metrics import BrokerMetrics, StateViews, watch_cluster
 
 from .imagefiles import (
     COMPOSE,
@@ -37,6 +37,10 @@ PAGED_ON = {
     "fenced commits": "groupwire_commits_fenced_total",
     "storage errors": "groupwire_storage_errors_total",
     "expirations": "groupwire_member_expirations_total",
+    "under-replicated partitions": "groupwire_cluster_under_replicated_partitions",
+    "offline partitions": "groupwire_cluster_offline_partitions",
+    "no controller": "groupwire_cluster_is_controller",
+    "a fenced broker": "groupwire_cluster_fenced",
 }
 
 
@@ -104,10 +108,19 @@ def test_broker_down_alert_names_the_scrape_job() -> None:
     assert used and used <= jobs, (used, jobs)
 
 
+class _NoCluster:
+    def cluster_counters(self) -> dict[str, int]:
+        return {}
+
+    def cluster_gauges(self) -> dict[str, int]:
+        return {}
+
+
 def _exposed_families() -> set[str]:
     metrics = BrokerMetrics()
     metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0,
                              log_end_offsets=list, committed_offsets=list))
+    watch_cluster(metrics, _NoCluster())  # what a cluster-mode broker adds
     return {family.name + "_total" if family.type == "counter" else family.name
             for family in metrics.registry.collect()}
 

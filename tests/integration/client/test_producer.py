@@ -83,14 +83,14 @@ async def test_buffered_records_of_many_partitions_go_in_one_produce_on_flush(
     await create_topic("multi", 3)
     async with Producer(bootstrap, linger_ms=60_000) as p:
         produces: list[ProduceRequest] = []
-        real_send = p.cluster.send
+        real_send = p.cluster.send_to  # Produce goes to the partition's leader, node 0
 
-        async def spy(request: Request, **kw: object) -> Response:
+        async def spy(node: int, request: Request, **kw: object) -> Response:
             if isinstance(request, ProduceRequest):
                 produces.append(request)
-            return await real_send(request, **kw)  # type: ignore[arg-type]
+            return await real_send(node, request, **kw)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(p.cluster, "send", spy)
+        monkeypatch.setattr(p.cluster, "send_to", spy)
         futures = [await p.send("multi", f"{i}".encode(), partition=i % 3) for i in range(30)]
         assert not any(f.done() for f in futures)  # lingering, nothing sent yet
         await p.flush()

@@ -7,9 +7,12 @@ import pytest
 
 from groupwire.broker.cluster.controller import (
     PARTITIONS_PER_TXN,
+    create_partitions_txns,
     create_topic_txns,
     decide,
+    delete_topic_txn,
     preferred_leader_txns,
+    propose_topic_txn,
 )
 from groupwire.broker.cluster.image import ClusterImage
 from groupwire.broker.cluster.keys import (
@@ -226,3 +229,75 @@ def test_preferred_leaders_return_when_live_and_in_the_isr() -> None:
     assert c.state(p=0) == PartitionState(1, 5, (3, 1, 2), 6)
     assert c.state(p=1) == PartitionState(3, 2, (3, 1), 2)  # 2 is not in its ISR
     assert preferred_leader_txns(c.image, c.epoch) == []
+
+
+def test_a_deleted_topic_goes_with_all_its_states_and_only_its_own() -> None:
+    c = Cluster()
+    c.sync()
+    assert c.run(create_topic_txns(c.image, "t", 3, 2, 0, "id", c.epoch)) == [True]
+    assert c.run(create_topic_txns(c.image, "t2", 2, 2, 0, "id2", c.epoch)) == [True]
+    assert c.run([delete_topic_txn(c.image, "t", c.epoch)]) == [True]
+    assert "t" not in c.image.topics
+    assert sorted(c.image.partitions) == [("t2", 0), ("t2", 1)]
+    # Again, or by a deposed controller: nothing is written.
+    assert c.run([delete_topic_txn(c.image, "t", c.epoch)]) == [False]
+    assert c.run([delete_topic_txn(c.image, "t2", c.epoch - 1)]) == [False]
+    assert "t2" in c.image.topics
+
+
+def test_a_topic_grows_with_its_replication_factor_and_only_once() -> None:
+    c = Cluster()
+    c.sync()
+    assert c.run(create_topic_txns(c.image, "t", 2, 2, 0, "id", c.epoch)) == [True]
+    before = c.image.topics["t"].replicas
+    grow = create_partitions_txns(c.image, "t", 5, 1, c.epoch)
+    twin = create_partitions_txns(c.image, "t", 4, 2, c.epoch)  # read the same image
+    assert c.run(grow) == [True]
+    topic = c.image.topics["t"]
+    assert topic.replicas[:2] == before and topic.topic_id == "id"
+    assert len(topic.replicas) == 5 and all(len(r) == 2 for r in topic.replicas)
+    assert c.state(p=4) == PartitionState(topic.replicas[4][0], 0, topic.replicas[4], 0)
+    assert c.run(twin) == [False]  # partition 2 exists now
+    assert len(c.image.topics["t"].replicas) == 5
+    assert c.decide() == []
+
+
+def test_a_large_growth_spans_txns_within_etcds_limits() -> None:
+    c = Cluster()
+    c.sync()
+    assert c.run(create_topic_txns(c.image, "t", 1, 3, 0, "id", c.epoch)) == [True]
+    txns = create_partitions_txns(c.image, "t", 301, 0, c.epoch)
+    assert all(len(t.compares) <= MAX_TXN_OPS and len(t.success) <= MAX_TXN_OPS
+               for t in txns)
+    assert c.run(txns) == [True] * len(txns)
+    assert len(c.image.partitions) == 301
+
+
+def test_a_proposed_topic_gets_its_states_from_the_controller() -> None:
+    c = Cluster()
+    c.sync()
+    assert c.run([propose_topic_txn(c.image, "auto", 2, 3, 0, "id")]) == [True]
+    assert c.image.partitions == {}
+    assert c.run(c.decide()) == [True]
+    replicas = c.image.topics["auto"].replicas
+    assert c.state("auto", 1) == PartitionState(replicas[1][0], 0, replicas[1], 0)
+    # A second proposal of the name (another broker's) writes nothing.
+    assert c.run([propose_topic_txn(c.image, "auto", 5, 1, 0, "id2")]) == [False]
+    assert c.image.topics["auto"].topic_id == "id"
+
+
+def test_preferred_leaders_of_the_named_partitions_only() -> None:
+    c = _cluster([(1, 2, 3), (2, 3, 1), (3, 1, 2)],
+                 [PartitionState(3, 4, (3, 1, 2), 5), PartitionState(3, 2, (3, 2, 1), 2),
+                  PartitionState(1, 1, (3, 1, 2), 1)])
+    assert preferred_leader_txns(c.image, c.epoch, only=set()) == []
+    assert preferred_leader_txns(c.image, c.epoch, only={("t", 7), ("u", 0)}) == []
+    txns = preferred_leader_txns(c.image, c.epoch, only={("t", 1), ("t", 2)})
+    assert [op.key for txn in txns for op in txn.success if isinstance(op, Put)] == [
+        partition_key(CLUSTER, "t", 1), partition_key(CLUSTER, "t", 2)]
+    assert c.run(txns) == [True]
+    assert c.state(p=0) == PartitionState(3, 4, (3, 1, 2), 5)  # not named: left alone
+    assert c.state(p=1) == PartitionState(2, 3, (3, 2, 1), 3)
+    assert c.state(p=2) == PartitionState(3, 2, (3, 1, 2), 2)
+    assert [op.key for txn in preferred_leader_txns(c.image, c.epoch)
+            for op in txn.success if isinstance(op, Put)] == [partition_key(CLUSTER, "t", 0)]

@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from groupwire.broker import config
-from groupwire.broker.metrics import BrokerMetrics, StateViews
+from groupwire.broker.metrics import BrokerMetrics, StateViews, watch_cluster
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
@@ -79,6 +79,14 @@ def _exposed_names() -> set[str]:
     metrics = BrokerMetrics()
     metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0,
                              log_end_offsets=list, committed_offsets=list))
+
+    class Cluster:  # what a broker in cluster mode adds
+        def cluster_counters(self) -> dict[str, int]:
+            return {}
+
+        def cluster_gauges(self) -> dict[str, int]:
+            return {}
+    watch_cluster(metrics, Cluster())
     names = set()
     for family in metrics.registry.collect():
         names.add(family.name + "_total" if family.type == "counter" else family.name)

@@ -156,6 +156,7 @@ REQUESTS: dict[int, Struct] = {
                 )
             ),
         ),
+        ("internal", "bool", False),
     ),
     3: struct(
         ("topics", Opt(Arr(struct(("name", "str")))), None),
@@ -181,6 +182,12 @@ REQUESTS: dict[int, Struct] = {
                 )
             ),
         ),
+    ),
+    43: struct(
+        ("election_type", "int", 0),
+        ("topic_partitions", Opt(Arr(struct(("topic", "str"), ("partitions", Arr("int"))))),
+         None),
+        ("timeout_ms", "int", 60000),
     ),
 }
 
@@ -376,6 +383,28 @@ RESPONSES: dict[int, Struct] = {
                             [],
                         ),
                     )
+                )
+            ),
+            [],
+        ),
+    ),
+    43: response(
+        (
+            "replica_election_results",
+            Arr(
+                struct(
+                    ("topic", "str", ""),
+                    (
+                        "partition_result",
+                        Arr(
+                            struct(
+                                ("partition_id", "int", -1),
+                                ("error_code", "int", 0),
+                                ("error_message", Opt("str"), None),
+                            )
+                        ),
+                        [],
+                    ),
                 )
             ),
             [],

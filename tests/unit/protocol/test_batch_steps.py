@@ -13,7 +13,7 @@ import pytest
 
 from groupwire.protocol.batches import (
     CRC_PIECE,
-    HEADER_SIZE,
+    HEADER_SIZE_V0,
     MAX_RECORD_ERRORS,
     RECORD_CHUNK,
     ROW_PIECE,
@@ -257,9 +257,9 @@ def test_every_bad_row_is_named_past_the_first_chunk(name: str) -> None:
 def test_rows_cut_by_a_piece_boundary_are_checked_whole(at: int) -> None:
     """The bytes after the header are fed in pieces: a row (or a value) cut by the end
     of one is resumed with the next, wherever the cut falls."""
-    first = HEADER_SIZE + 3 + 9   # where the first record's value starts, about
+    first = HEADER_SIZE_V0 + 3 + 9   # where the first record's value starts (v0), about
     data = encode_batch([BatchRecord(value=b"p" * (at - first)),
-                         BatchRecord(value=b"q" * 3, headers=[("h", None)])] * 3)
+                         BatchRecord(value=b"q" * 3, headers=[("h", None)])] * 3, version=0)
     assert new_way(data) == old_way(data) == ("ok", validate_batch(data))
     bad = with_crc(data.replace(b"\xa1h", b"\xa1\xff"))   # header names that are not UTF-8
     assert new_way(bad) == old_way(bad)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from groupwire.protocol.batches import (
-    HEADER_SIZE,
+    HEADER_SIZE_V0,
     BatchRecord,
     CorruptBatchError,
     DecodedRecord,
@@ -31,10 +31,12 @@ VECTOR_HEADER = "9295cf0000000000000000d30000019352255a80ce00000002ce85de3b1500"
 
 
 def vector_batch() -> bytes:
+    """§5.1's v0 test vector (the byte positions below are v0's; v1 has its own tests,
+    test_batches_v1.py)."""
     return encode_batch([
         BatchRecord(key=b"k1", value=b"v1", timestamp_ms=TS),
         BatchRecord(value=b"v2", headers=[("trace", b"\x01")], timestamp_ms=TS + 5),
-    ])
+    ], version=0)
 
 
 def with_fixed_crc(data: bytes | bytearray) -> bytes:
@@ -61,7 +63,7 @@ def raw_batch(records: object, *, count: int, attributes: int = 0) -> bytes:
 
 
 def test_vector_header_bytes() -> None:
-    assert vector_batch()[:HEADER_SIZE].hex() == VECTOR_HEADER
+    assert vector_batch()[:HEADER_SIZE_V0].hex() == VECTOR_HEADER
 
 
 def test_vector_is_one_msgpack_value_with_the_spec_records() -> None:

@@ -1,0 +1,375 @@
+"""The topic APIs whose answers come from the cluster's metadata, not this broker's disk:
+Metadata, FindCoordinator, and the controller's CreateTopics, CreatePartitions and
+DeleteTopics (NOT_CONTROLLER from any other broker, as Kafka before KIP-590).
+
+A topic exists once etcd says so; each broker's replica manager then creates or deletes
+its own replicas. Produce, Fetch and the offset APIs stay in ``broker.topic_apis`` and
+``broker.fetch``, which ask ``broker.replication.leadership`` who leads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from typing import Final
+
+from groupwire.broker.cluster.controller import propose_topic_txn
+from groupwire.broker.cluster.image import ClusterImage
+from groupwire.broker.cluster.keys import NO_LEADER, TopicAssignment
+from groupwire.broker.cluster.placement import InvalidReplicationFactor
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.etcd.store import EtcdError
+from groupwire.broker.logs import get_logger
+from groupwire.broker.replication.controller_task import (
+    InvalidPartitionsError,
+    NotControllerError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from groupwire.broker.replication.node import ClusterNode
+from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.metadata import OFFSETS_TOPIC, check_topic_name
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.hashing import coordinator_partition
+from groupwire.protocol.limits import MAX_ARRAY_ITEMS
+from groupwire.protocol.messages import (
+    CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataBroker,
+    MetadataPartition,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+    PartitionElectionResult,
+    ReplicaElectionResult,
+)
+from groupwire.protocol.steps import Steps, run_steps
+
+log = get_logger("groupwire.cluster")
+
+METADATA_STEP: Final = 1000
+"""Partitions described in one step of a Metadata answer (~1 ms)."""
+
+
+class ClusterApis:
+    def __init__(self, settings: BrokerSettings, node: ClusterNode) -> None:
+        self._settings = settings
+        self._node = node
+
+    # --- Metadata -----------------------------------------------------------------------
+
+    def auto_creates(self, request: MetadataRequest) -> bool:
+        if (request.topics is None or not request.allow_auto_topic_creation
+                or not self._settings.auto_create_topics):
+            return False
+        image = self._node.image
+        return any(t.name not in image.topics for t in request.topics)
+
+    async def metadata_creating(self, request: MetadataRequest) -> MetadataResponse:
+        """Proposes each unknown topic named (any broker may: the assignment is put if
+        absent, and the controller writes its partition states); the answer then says
+        LEADER_NOT_AVAILABLE for it until it has leaders, as Kafka's does."""
+        failed: dict[str, tuple[ErrorCode, str]] = {}
+        image = self._node.image
+        s = self._settings
+        for name in dict.fromkeys(t.name for t in request.topics or []):
+            if name in image.topics:
+                continue
+            try:
+                check_topic_name(name)
+                rf = min(s.default_replication_factor, max(len(image.brokers), 1))
+                txn = propose_topic_txn(image, name, s.num_partitions, rf,
+                                        random.randrange(max(len(image.brokers), 1)),
+                                        str(uuid.uuid4()))
+                await self._node.etcd.txn(txn)
+                log.info("topic_proposed", topic=name, partitions=s.num_partitions,
+                         replication_factor=rf)
+            except StorageError as exc:
+                failed[name] = (ErrorCode(exc.code), str(exc))
+            except (InvalidReplicationFactor, EtcdError) as exc:
+                failed[name] = (ErrorCode.LEADER_NOT_AVAILABLE, str(exc))
+        response = run_steps(self.metadata_steps(request))
+        topics = []
+        for topic in response.topics:
+            if topic.name in failed:
+                code, message = failed[topic.name]
+                topic = dataclasses.replace(topic, error_code=code, error_message=message)
+            elif topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                topic = dataclasses.replace(
+                    topic, error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                    error_message=f"topic {topic.name!r} is being created")
+            topics.append(topic)
+        response = dataclasses.replace(response, topics=topics)
+        return response
+
+    def metadata_steps(self, request: MetadataRequest) -> Steps[MetadataResponse]:
+        image = self._node.image
+        names = (sorted(image.topics) if request.topics is None
+                 else [t.name for t in request.topics])
+        topics: list[MetadataTopic] = []
+        for name in names:
+            assignment = image.topics.get(name)
+            if assignment is None:
+                topics.append(MetadataTopic(
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    error_message=f"unknown topic {name!r}", name=name))
+                continue
+            partitions: list[MetadataPartition] = []
+            count = len(assignment.replicas)
+            for start in range(0, count, METADATA_STEP):
+                partitions.extend(_partition(image, assignment, p)
+                                  for p in range(start, min(start + METADATA_STEP, count)))
+                yield
+            topics.append(MetadataTopic(name=name, is_internal=assignment.internal,
+                                        partitions=partitions))
+        controller = image.controller_id
+        return MetadataResponse(
+            brokers=[MetadataBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                     for b in sorted(image.brokers.values(), key=lambda b: b.node_id)],
+            cluster_id=self._node.cluster,
+            controller_id=-1 if controller is None else controller, topics=topics)
+
+    # --- FindCoordinator ----------------------------------------------------------------
+
+    def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        """The leader of the group's ``__consumer_offsets`` partition, from any broker."""
+        if request.key_type != 0:
+            return FindCoordinatorResponse(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"key_type: only 0 (group) is supported, got {request.key_type}")
+        image = self._node.image
+        offsets = image.topics.get(OFFSETS_TOPIC)
+        if offsets is None:
+            live = len(image.brokers)
+            return FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"{OFFSETS_TOPIC} is not created yet: it needs "
+                              f"{self._settings.offsets_topic_replication_factor} live "
+                              f"brokers (--offsets-topic-replication-factor), {live} are")
+        p = coordinator_partition(request.key, len(offsets.replicas))
+        state = image.partitions.get((OFFSETS_TOPIC, p))
+        broker = None if state is None else image.brokers.get(state.leader)
+        if broker is None:
+            return FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"{OFFSETS_TOPIC}-{p}, the coordinator's partition of group "
+                              f"{request.key!r}, has no leader now")
+        return FindCoordinatorResponse(node_id=broker.node_id, host=broker.host,
+                                       port=broker.port)
+
+    # --- the controller's APIs ----------------------------------------------------------
+
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        controller = self._node.controller
+        seen: dict[str, int] = {}
+        for topic in request.topics:
+            seen[topic.name] = seen.get(topic.name, 0) + 1
+        results: list[CreatableTopicResult] = []
+        for topic in request.topics:
+            name = topic.name
+
+            def fail(code: ErrorCode, message: str, name: str = name) -> None:
+                results.append(CreatableTopicResult(name=name, error_code=code,
+                                                    error_message=message))
+            if seen[name] > 1:
+                fail(ErrorCode.INVALID_REQUEST, f"topic {name!r} named more than once")
+                continue
+            if controller is None or not controller.is_controller:
+                fail(ErrorCode.NOT_CONTROLLER, self._not_controller())
+                continue
+            try:
+                check_topic_name(name)
+            except StorageError as exc:
+                fail(ErrorCode(exc.code), str(exc))
+                continue
+            partitions = (self._settings.num_partitions if topic.num_partitions == -1
+                          else topic.num_partitions)
+            rf = (self._settings.default_replication_factor
+                  if topic.replication_factor == -1 else topic.replication_factor)
+            if not 1 <= partitions <= MAX_ARRAY_ITEMS:
+                fail(ErrorCode.INVALID_PARTITIONS,
+                     f"num_partitions must be 1-{MAX_ARRAY_ITEMS}, got {partitions}")
+                continue
+            if rf < 1:
+                fail(ErrorCode.INVALID_REPLICATION_FACTOR,
+                     f"replication factor must be at least 1, got {rf}")
+                continue
+            try:
+                await controller.create_topic(name, partitions, rf)
+            except InvalidReplicationFactor as exc:
+                fail(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
+                continue
+            except TopicExistsError as exc:
+                fail(ErrorCode.TOPIC_ALREADY_EXISTS, str(exc))
+                continue
+            except NotControllerError as exc:
+                fail(ErrorCode.NOT_CONTROLLER, str(exc))
+                continue
+            except EtcdError as exc:
+                fail(ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}")
+                continue
+            log.info("topic_created", topic=name, partitions=partitions,
+                     replication_factor=rf)
+            results.append(CreatableTopicResult(name=name, num_partitions=partitions,
+                                                replication_factor=rf))
+        return CreateTopicsResponse(topics=results)
+
+    async def create_partitions(self, request: CreatePartitionsRequest,
+                                ) -> CreatePartitionsResponse:
+        controller = self._node.controller
+        results: list[CreatePartitionsTopicResult] = []
+        for topic in request.topics:
+            code, message = ErrorCode.NONE, None
+            if controller is None or not controller.is_controller:
+                code, message = ErrorCode.NOT_CONTROLLER, self._not_controller()
+            elif topic.name == OFFSETS_TOPIC or topic.name.startswith("__"):
+                code, message = (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"{topic.name} is internal: its partitions are fixed")
+            elif topic.count > MAX_ARRAY_ITEMS:
+                code, message = (ErrorCode.INVALID_PARTITIONS,
+                                 f"count must be at most {MAX_ARRAY_ITEMS}, got {topic.count}")
+            else:
+                try:
+                    await controller.create_partitions(topic.name, topic.count)
+                except UnknownTopicError as exc:
+                    code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+                except InvalidPartitionsError as exc:
+                    code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
+                except InvalidReplicationFactor as exc:
+                    code, message = ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)
+                except NotControllerError as exc:
+                    code, message = ErrorCode.NOT_CONTROLLER, str(exc)
+                except EtcdError as exc:
+                    code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
+            results.append(CreatePartitionsTopicResult(name=topic.name, error_code=code,
+                                                       error_message=message))
+        return CreatePartitionsResponse(results=results)
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        controller = self._node.controller
+        seen: dict[str, int] = {}
+        for name in request.topic_names:
+            seen[name] = seen.get(name, 0) + 1
+        results: list[DeletableTopicResult] = []
+        for name in request.topic_names:
+            code, message = ErrorCode.NONE, None
+            if seen[name] > 1:
+                code, message = ErrorCode.INVALID_REQUEST, f"topic {name!r} named more than once"
+            elif controller is None or not controller.is_controller:
+                code, message = ErrorCode.NOT_CONTROLLER, self._not_controller()
+            elif name.startswith("__"):
+                code, message = (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"{name} is internal: it cannot be deleted")
+            else:
+                try:
+                    await controller.delete_topic(name)
+                    log.info("topic_deleted", topic=name)
+                except UnknownTopicError as exc:
+                    code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+                except NotControllerError as exc:
+                    code, message = ErrorCode.NOT_CONTROLLER, str(exc)
+                except EtcdError as exc:
+                    code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
+            results.append(DeletableTopicResult(name=name, error_code=code,
+                                                error_message=message))
+        return DeleteTopicsResponse(responses=results)
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        """Preferred elections by the controller (NOT_CONTROLLER, for the whole request,
+        from any other broker), answered once the image shows each new leader or
+        ``timeout_ms`` has passed."""
+        if request.election_type != 0:
+            return ElectLeadersResponse(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"election_type: only 0 (preferred) is supported, got "
+                              f"{request.election_type}: leaders are never elected "
+                              f"outside the ISR")
+        controller = self._node.controller
+        if controller is None or not controller.is_controller:
+            return ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER,
+                                        error_message=self._not_controller())
+        named = (None if request.topic_partitions is None
+                 else {(t.topic, p) for t in request.topic_partitions for p in t.partitions})
+        try:
+            outcome = await controller.elect_preferred_leaders(
+                named, timeout_s=max(request.timeout_ms, 0) / 1000)
+        except NotControllerError as exc:
+            return ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER,
+                                        error_message=str(exc))
+        except EtcdError as exc:
+            return ElectLeadersResponse(error_code=ErrorCode.REQUEST_TIMED_OUT,
+                                        error_message=f"etcd: {exc}")
+        image = self._node.image
+        order = ([(t.topic, t.partitions) for t in request.topic_partitions]
+                 if request.topic_partitions is not None
+                 else [(name, sorted(p for t, p in outcome if t == name))
+                       for name in sorted({t for t, _ in outcome})])
+        elected = [tp for tp, code in outcome.items() if code == ErrorCode.NONE]
+        if elected:
+            log.info("preferred_leaders_elected", partitions=len(elected))
+        return ElectLeadersResponse(replica_election_results=[
+            ReplicaElectionResult(topic=topic, partition_result=[
+                PartitionElectionResult(partition_id=p, error_code=outcome[(topic, p)],
+                                        error_message=_election_message(
+                                            image, (topic, p), outcome[(topic, p)]))
+                for p in partitions])
+            for topic, partitions in order])
+
+    def _not_controller(self) -> str:
+        controller = self._node.image.controller_id
+        where = "no broker is" if controller is None else f"broker {controller} is"
+        return f"broker {self._node.node_id} is not the controller: {where}"
+
+
+def _partition(image: ClusterImage, assignment: TopicAssignment, p: int) -> MetadataPartition:
+    replicas = list(assignment.replicas[p])
+    offline = [r for r in replicas if r not in image.brokers]
+    state = image.partitions.get((assignment.name, p))
+    if state is None or state.leader == NO_LEADER:
+        return MetadataPartition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            error_message=f"{assignment.name}-{p} has no leader now", partition_index=p,
+            leader_id=NO_LEADER, leader_epoch=-1 if state is None else state.leader_epoch,
+            replica_nodes=replicas, isr_nodes=[] if state is None else list(state.isr),
+            offline_replicas=offline)
+    return MetadataPartition(partition_index=p, leader_id=state.leader,
+                             leader_epoch=state.leader_epoch, replica_nodes=replicas,
+                             isr_nodes=list(state.isr), offline_replicas=offline)
+
+
+def _election_message(image: ClusterImage, tp: tuple[str, int], code: ErrorCode,
+                      ) -> str | None:
+    """Why a partition's preferred election came out as it did, read from the image
+    the answer is sent with."""
+    topic, p = tp
+    if code == ErrorCode.NONE:
+        return None
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return f"unknown topic or partition {topic}-{p}"
+    if code == ErrorCode.REQUEST_TIMED_OUT:
+        return f"{topic}-{p}: the new leader was not in the metadata in time"
+    assignment = image.topics.get(topic)
+    replicas = assignment.replicas[p] if assignment is not None and p < len(
+        assignment.replicas) else ()
+    preferred = replicas[0] if replicas else NO_LEADER
+    if code == ErrorCode.ELECTION_NOT_NEEDED:
+        return f"{topic}-{p} is already led by its preferred replica {preferred}"
+    state = image.partitions.get(tp)
+    if state is None:
+        return f"{topic}-{p} has no state yet"
+    if preferred not in image.brokers:
+        return f"{topic}-{p}: its preferred replica {preferred} is not live"
+    return (f"{topic}-{p}: its preferred replica {preferred} is not in the ISR "
+            f"{list(state.isr)}")

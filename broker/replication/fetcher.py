@@ -1,0 +1,202 @@
+"""The follower's side of replication: one fetcher per leader broker copies every
+partition this broker follows from it, after cutting each log back to where it first
+differs from the leader's (OffsetsForLeaderEpoch, KIP-101 and KIP-279)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from groupwire.broker.cluster.epochs import divergence
+from groupwire.broker.cluster.image import TopicPartition
+from groupwire.broker.cluster.keys import BrokerInfo
+from groupwire.broker.logs import get_logger
+from groupwire.broker.replication.peer import PeerConnection, PeerError
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+
+log = get_logger("groupwire.cluster")
+
+BACKOFF_S = 0.1
+"""Pause after a failed round, so a leader that is gone is not hammered."""
+MAX_TRUNCATION_ROUNDS = 16
+"""OffsetsForLeaderEpoch round trips one partition may take (KIP-279's multi-round
+case needs one per epoch the two logs disagree on)."""
+
+
+@dataclass(slots=True)
+class _Followed:
+    leader_epoch: int
+    truncated: bool = False
+
+
+class ReplicaFetcher:
+    def __init__(self, node_id: int, leader: BrokerInfo, store: TopicStore, *,
+                 wait_max_ms: int, max_bytes: int, request_timeout_s: float,
+                 on_appended: Callable[[TopicPartition], None]) -> None:
+        self.node_id = node_id
+        self.leader = leader
+        self.store = store
+        self._wait_max_ms = wait_max_ms
+        self._max_bytes = max_bytes
+        self._timeout_s = request_timeout_s
+        self._on_appended = on_appended
+        self.partitions: dict[TopicPartition, _Followed] = {}
+        self._conn: PeerConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._work = asyncio.Event()
+
+    def follow(self, tp: TopicPartition, leader_epoch: int) -> None:
+        """Follow ``tp`` in ``leader_epoch``: a new epoch means truncating first."""
+        current = self.partitions.get(tp)
+        if current is not None and current.leader_epoch == leader_epoch:
+            return
+        self.partitions[tp] = _Followed(leader_epoch)
+        self._work.set()
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(
+            self._run(), name=f"replica-fetcher-{self.node_id}-from-{self.leader.node_id}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            try:
+                conn = await self._connection()
+                await self._truncate(conn)
+                await self._fetch(conn)
+            except PeerError as exc:
+                log.info("replica_fetch_failed", leader=self.leader.node_id, error=str(exc))
+                self._conn = None
+                await asyncio.sleep(BACKOFF_S)
+
+    async def _connection(self) -> PeerConnection:
+        if self._conn is None or self._conn.closed:
+            self._conn = await PeerConnection.open(
+                self.leader.host, self.leader.port, client_id=f"replica-{self.node_id}",
+                timeout_s=self._timeout_s)
+        return self._conn
+
+    # --- truncation ---------------------------------------------------------------------
+
+    async def _truncate(self, conn: PeerConnection) -> None:
+        pending = {tp: f for tp, f in self.partitions.items() if not f.truncated}
+        for _ in range(MAX_TRUNCATION_ROUNDS):
+            if not pending:
+                return
+            asks: dict[str, list[OffsetForLeaderPartition]] = {}
+            for (topic, p), followed in pending.items():
+                latest = self.store.log(topic, p).epoch_cache.latest_epoch
+                if latest is None:  # an empty cache: nothing to compare, nothing to cut
+                    followed.truncated = True
+                    continue
+                asks.setdefault(topic, []).append(OffsetForLeaderPartition(
+                    partition=p, current_leader_epoch=followed.leader_epoch,
+                    leader_epoch=latest))
+            pending = {tp: f for tp, f in pending.items() if not f.truncated}
+            if not asks:
+                return
+            answer = await conn.request(
+                OffsetsForLeaderEpochRequest(replica_id=self.node_id, topics=[
+                    OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in asks.items()]),
+                OffsetsForLeaderEpochResponse, timeout_s=self._timeout_s)
+            if answer.error_code != ErrorCode.NONE:
+                raise PeerError(f"OffsetsForLeaderEpoch: {answer.error_message}")
+            for result in answer.topics:
+                for part in result.partitions:
+                    tp = (result.topic, part.partition)
+                    asked = pending.get(tp)
+                    if asked is None or self.partitions.get(tp) is not asked:
+                        continue
+                    if part.error_code != ErrorCode.NONE:
+                        # The leader is not there yet (or moved on): the image will say.
+                        continue
+                    plog = self.store.log(*tp)
+                    cut = divergence(plog.epoch_cache, plog.log_end_offset,
+                                     part.leader_epoch, part.end_offset,
+                                     high_watermark=plog.high_watermark)
+                    if cut.offset < plog.log_end_offset:
+                        log.warning("replica_truncated", topic=tp[0], partition=tp[1],
+                                    leader=self.leader.node_id, from_offset=plog.log_end_offset,
+                                    to_offset=cut.offset)
+                        plog.truncate_to(cut.offset)
+                    if cut.done:
+                        asked.truncated = True
+                        del pending[tp]
+        if pending:
+            raise PeerError(f"no agreement on where {len(pending)} logs diverge after "
+                            f"{MAX_TRUNCATION_ROUNDS} rounds")
+
+    # --- fetching -----------------------------------------------------------------------
+
+    async def _fetch(self, conn: PeerConnection) -> None:
+        ready = {tp: f for tp, f in self.partitions.items() if f.truncated}
+        if not ready:
+            await asyncio.sleep(BACKOFF_S)  # waiting for the leader to know its epoch
+            return
+        topics: dict[str, list[FetchPartition]] = {}
+        for (topic, p), followed in ready.items():
+            topics.setdefault(topic, []).append(FetchPartition(
+                partition=p, current_leader_epoch=followed.leader_epoch,
+                fetch_offset=self.store.log(topic, p).log_end_offset,
+                partition_max_bytes=self._max_bytes))
+        request = FetchRequest(replica_id=self.node_id, max_wait_ms=self._wait_max_ms,
+                               min_bytes=1, max_bytes=self._max_bytes * max(len(ready), 1),
+                               topics=[FetchTopic(topic=t, partitions=ps)
+                                       for t, ps in topics.items()])
+        answer = await conn.request(request, FetchResponse,
+                                    timeout_s=self._timeout_s + self._wait_max_ms / 1000)
+        if answer.error_code != ErrorCode.NONE:
+            raise PeerError(f"Fetch: {answer.error_message}")
+        backoff = False
+        for fetched in answer.responses:
+            for part in fetched.partitions:
+                tp = (fetched.topic, part.partition_index)
+                current = self.partitions.get(tp)
+                if current is None or current is not ready.get(tp):
+                    continue  # unfollowed, or a new epoch, meanwhile
+                if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    current.truncated = False
+                    continue
+                if part.error_code != ErrorCode.NONE:
+                    backoff = True  # the leader moved or is not ready: the image will say
+                    continue
+                plog = self.store.log(*tp)
+                try:
+                    if part.records:
+                        plog.append_replica(bytes(part.records))
+                        self._on_appended(tp)
+                    plog.set_high_watermark(min(part.high_watermark, plog.log_end_offset))
+                except StorageError as exc:
+                    log.error("replica_append_failed", topic=tp[0], partition=tp[1],
+                              error=str(exc))
+                    current.truncated = False
+                    backoff = True
+        if backoff:
+            await asyncio.sleep(BACKOFF_S)

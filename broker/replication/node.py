@@ -1,0 +1,172 @@
+"""A broker's part in a cluster: its etcd client, registration, metadata watch,
+controller candidacy and replica manager, started and stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Callable
+
+from groupwire.broker.cluster.image import ClusterImage, TopicPartition
+from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo
+from groupwire.broker.config import BrokerSettings, etcd_urls
+from groupwire.broker.etcd.client import EtcdClient
+from groupwire.broker.etcd.store import EtcdError, MetadataStore
+from groupwire.broker.logs import get_logger
+from groupwire.broker.replication.controller_task import ControllerTask, InternalTopic
+from groupwire.broker.replication.events import Event, EventForwarder
+from groupwire.broker.replication.fetcher import ReplicaFetcher
+from groupwire.broker.replication.leader import LeaderStates
+from groupwire.broker.replication.leadership import ClusterLeadership
+from groupwire.broker.replication.membership import Membership, RegistrationError
+from groupwire.broker.replication.metadata_watch import MetadataWatcher
+from groupwire.broker.replication.replicas import EnsureLocal, ReplicaManager
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.metadata import EVENTS_TOPIC, OFFSETS_TOPIC
+
+log = get_logger("groupwire.cluster")
+
+REPLICA_REQUEST_TIMEOUT_S = 10.0
+"""How long a follower waits for a leader's answer (beyond a fetch's own wait)."""
+FIRST_READ_S = 10.0
+"""How long a starting broker waits for etcd before it gives up (a wrong URL)."""
+
+
+class ClusterStartError(Exception):
+    """etcd cannot be reached, or the node id is taken: one line for the operator."""
+
+
+class ClusterNode:
+    def __init__(self, settings: BrokerSettings, store: TopicStore, *,
+                 metadata_store: MetadataStore | None = None,
+                 on_high_watermark: Callable[[TopicPartition], None] = lambda _tp: None,
+                 ) -> None:
+        """``metadata_store``: tests pass an in-memory one; else an etcd client;
+        ``on_high_watermark``: a led partition's high watermark moved."""
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.cluster = settings.cluster_name
+        self._owns_store = metadata_store is None
+        self.etcd: MetadataStore = (EtcdClient(etcd_urls(settings))
+                                    if metadata_store is None else metadata_store)
+        self.watcher = MetadataWatcher(self.etcd, self.cluster)
+        self.store = store
+        self._membership: Membership | None = None
+        self.controller: ControllerTask | None = None
+        self.replicas: ReplicaManager | None = None
+        self.events: EventForwarder | None = None
+        self.leadership = ClusterLeadership(
+            self.node_id, lambda: self.watcher.image, lambda: self.fenced,
+            min_insync_replicas=settings.min_insync_replicas)
+        self.leaders = LeaderStates(
+            self.node_id, store, self.etcd, self.cluster, lambda: self.watcher.image,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            min_insync_replicas=settings.min_insync_replicas,
+            on_high_watermark=on_high_watermark)
+
+    @property
+    def image(self) -> ClusterImage:
+        return self.watcher.image
+
+    @property
+    def fenced(self) -> bool:
+        return self._membership is None or self._membership.fenced
+
+    @property
+    def membership(self) -> Membership:
+        assert self._membership is not None, "start() first"
+        return self._membership
+
+    async def start(self, host: str, port: int, *, ensure_local: EnsureLocal,
+                    delete_local: Callable[[list[str]], None],
+                    on_roles: Callable[[set[TopicPartition]], None],
+                    append_events: Callable[[list[Event]], bool]) -> None:
+        """Register as ``host:port`` (the listener is up), read the metadata, then run.
+
+        Raises :class:`ClusterStartError` if etcd does not answer in time or another
+        live broker holds this node id."""
+        s = self.settings
+        info = BrokerInfo(self.node_id, host, port, s.rack or None, uuid.uuid4().hex)
+        membership = Membership(self.etcd, self.cluster, info,
+                                ttl_s=max(1, math.ceil(s.etcd_lease_ttl_ms / 1000)))
+        self._membership = membership
+        try:
+            async with asyncio.timeout(FIRST_READ_S + membership.ttl_s):
+                await membership.start()
+                self.watcher.start()
+                await self.watcher.ready
+        except TimeoutError:
+            raise ClusterStartError(
+                f"etcd at {s.etcd_endpoints} did not answer within "
+                f"{FIRST_READ_S + membership.ttl_s:.0f} s") from None
+        except EtcdError as exc:
+            raise ClusterStartError(f"etcd at {s.etcd_endpoints}: {exc}") from None
+        except RegistrationError as exc:
+            raise ClusterStartError(str(exc)) from None
+        controller = ControllerTask(self.etcd, self.cluster, membership, self.watcher,
+                                    self.node_id)
+        controller.internal_topics += [
+            InternalTopic(OFFSETS_TOPIC, self.store.offsets_partitions,
+                          s.offsets_topic_replication_factor),
+            InternalTopic(EVENTS_TOPIC, 1, s.offsets_topic_replication_factor)]
+        self.controller = controller
+        self.replicas = ReplicaManager(
+            self.node_id, self.store, self.watcher, membership, self.leadership,
+            self.leaders, ensure_local=ensure_local, new_fetcher=self._fetcher,
+            delete_local=delete_local, on_roles=on_roles)
+        self.events = EventForwarder(
+            self.node_id, lambda: self.watcher.image,
+            lambda: self.leadership.check(EVENTS_TOPIC, 0) is None, append_events)
+        self.leaders.start()
+        self.replicas.start()
+        self.events.start()
+        controller.start()
+        log.info("cluster_joined", node_id=self.node_id, cluster=self.cluster,
+                 brokers=sorted(self.image.brokers), controller=self.image.controller_id,
+                 lease_ttl_s=membership.ttl_s)
+
+    def cluster_counters(self) -> dict[str, int]:
+        return {
+            "isr_shrinks": self.leaders.isr_shrinks,
+            "isr_expands": self.leaders.isr_expands,
+            "leader_elections": 0 if self.replicas is None else self.replicas.elections,
+            "controller_elections": 0 if self.controller is None else self.controller.elections,
+            "group_events_dropped": 0 if self.events is None else self.events.dropped,
+        }
+
+    def cluster_gauges(self) -> dict[str, int]:
+        image = self.image
+        controller = self.controller is not None and self.controller.is_controller
+        return {
+            "leader_partitions": len(self.leadership.led),
+            "under_replicated_partitions": self.leaders.under_replicated(),
+            "offline_partitions": sum(1 for s in image.partitions.values()
+                                      if s.leader == NO_LEADER) if controller else 0,
+            "is_controller": int(controller),
+            "fenced": int(self.fenced),
+            "live_brokers": len(image.brokers),
+        }
+
+    def _fetcher(self, leader: BrokerInfo) -> ReplicaFetcher:
+        s = self.settings
+        return ReplicaFetcher(self.node_id, leader, self.store,
+                              wait_max_ms=s.replica_fetch_wait_max_ms,
+                              max_bytes=s.replica_fetch_max_bytes,
+                              request_timeout_s=REPLICA_REQUEST_TIMEOUT_S,
+                              on_appended=lambda _tp: None)
+
+    async def close(self) -> None:
+        """Step down and leave: the lease is revoked, so others take over at once."""
+        if self.controller is not None:
+            await self.controller.close()
+        if self.replicas is not None:
+            await self.replicas.close()
+        await self.leaders.close()
+        if self.events is not None:
+            await self.events.close()
+        await self.watcher.close()
+        if self._membership is not None:
+            await self._membership.close()
+        if self._owns_store:
+            await self.etcd.close()

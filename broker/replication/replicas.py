@@ -1,0 +1,212 @@
+"""The replica manager: makes this broker's storage and roles agree with the image.
+
+After every image change (level-triggered, like the controller) it creates the local
+replicas of topics assigned here, deletes those of topics gone from etcd, and for each
+partition takes leadership (the log stamps the new leader epoch from then on) or gives
+it up. Followers' fetchers hang off the same decisions (``on_follow``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from groupwire.broker.cluster.image import ClusterImage, ImageChange, TopicPartition
+from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo
+from groupwire.broker.logs import get_logger
+from groupwire.broker.replication.fetcher import ReplicaFetcher
+from groupwire.broker.replication.leader import LeaderStates
+from groupwire.broker.replication.leadership import ClusterLeadership
+from groupwire.broker.replication.membership import Membership
+from groupwire.broker.replication.metadata_watch import MetadataWatcher
+from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
+
+log = get_logger("groupwire.cluster")
+
+RETRY_S = 1.0
+"""Pause before reconciling again after a local replica could not be created."""
+
+EnsureLocal = Callable[[str, int], Awaitable[StorageError | None]]
+"""Create the topic here, or grow it, to the given partition count (off the loop)."""
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, store: TopicStore, watcher: MetadataWatcher,
+                 membership: Membership, leadership: ClusterLeadership,
+                 leaders: LeaderStates, *, ensure_local: EnsureLocal,
+                 new_fetcher: Callable[[BrokerInfo], ReplicaFetcher],
+                 delete_local: Callable[[list[str]], None],
+                 on_roles: Callable[[set[TopicPartition]], None]) -> None:
+        """``on_roles``: partitions whose role here changed (parked fetches on them
+        look again)."""
+        self.node_id = node_id
+        self.store = store
+        self.watcher = watcher
+        self.membership = membership
+        self.leadership = leadership
+        self.leaders = leaders
+        self._new_fetcher = new_fetcher
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        """One per leader this broker follows partitions of."""
+        self._ensure_local = ensure_local
+        self._delete_local = delete_local
+        self._on_roles = on_roles
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.elections = 0
+        """Partitions this broker took leadership of (metrics)."""
+        self.passes: list[Callable[[], None]] = []
+        """Called after each pass (tests wait on them)."""
+        watcher.listeners.append(self._on_change)
+        membership.on_fenced.append(self._on_fenced)
+        membership.on_unfenced.append(self._wake.set)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"replicas-{self.node_id}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for fetcher in self.fetchers.values():
+            await fetcher.close()
+        self.fetchers.clear()
+
+    def _on_change(self, change: ImageChange) -> None:
+        self._wake.set()
+
+    def _on_fenced(self) -> None:
+        dropped = set(self.leadership.led)
+        self.leadership.led.clear()
+        for tp in dropped:
+            self.leaders.stop(tp)
+        if dropped:
+            log.warning("leaderships_dropped", node_id=self.node_id,
+                        partitions=len(dropped), why="fenced")
+            self._on_roles(dropped)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        await self.watcher.ready
+        while True:
+            self._wake.clear()
+            done = await self.reconcile()
+            for listener in list(self.passes):
+                listener()
+            if done:
+                await self._wake.wait()
+            else:
+                await asyncio.sleep(RETRY_S)
+
+    async def reconcile(self) -> bool:
+        """One pass; False if something could not be done (tried again later)."""
+        image = self.watcher.image
+        done = await self._sync_topics(image)
+        image = self.watcher.image
+        done = self._sync_roles(image) and done
+        self.leaders.image_changed(image)
+        await self._sync_fetchers(image)
+        return done
+
+    def _hosts(self, image: ClusterImage, name: str) -> int:
+        """How many partitions of ``name`` this broker must hold (0: none). A topic
+        with a replica here is kept whole locally: its other partitions stay empty."""
+        topic = image.topics.get(name)
+        if topic is None or not any(self.node_id in r for r in topic.replicas):
+            return 0
+        return len(topic.replicas)
+
+    async def _sync_topics(self, image: ClusterImage) -> bool:
+        local = self.store.topics()
+        gone = [name for name in local
+                if name not in image.topics and not self.store.is_internal(name)]
+        if gone:
+            log.info("replicas_deleted", node_id=self.node_id, topics=sorted(gone))
+            self._delete_local(gone)
+        done = True
+        for name in sorted(image.topics):
+            wanted = self._hosts(image, name)
+            have = self.store.partition_count(name) or 0
+            if wanted <= have or self.store.creation_in_flight(name) is not None:
+                continue
+            error = await self._ensure_local(name, wanted)
+            if error is not None:
+                log.error("replicas_not_created", node_id=self.node_id, topic=name,
+                          error=str(error))
+                done = False
+        return done
+
+    def _sync_roles(self, image: ClusterImage) -> bool:
+        """False if a partition could not be taken on yet (tried again later)."""
+        complete = True
+        led = self.leadership.led
+        changed: set[TopicPartition] = set()
+        fenced = self.membership.fenced
+        for tp in list(led):
+            state = image.partitions.get(tp)
+            if fenced or state is None or state.leader != self.node_id \
+                    or state.leader_epoch != led[tp]:
+                del led[tp]
+                self.leaders.stop(tp)
+                changed.add(tp)
+        if not fenced:
+            for tp, state in image.partitions.items():
+                if state.leader != self.node_id or led.get(tp) == state.leader_epoch:
+                    continue
+                count = self.store.partition_count(tp[0])
+                if count is None or tp[1] >= count:
+                    continue  # not created here yet: the next pass takes it
+                assignment = image.topics.get(tp[0])
+                if assignment is None or tp[1] >= len(assignment.replicas):
+                    continue
+                try:
+                    self.store.log(*tp).become_leader(state.leader_epoch)
+                except (StorageError, ValueError) as exc:
+                    # A stepped append still under way (next pass), or an epoch older
+                    # than the log's (a newer image is on its way): not led yet.
+                    log.warning("leadership_deferred", topic=tp[0], partition=tp[1],
+                                leader_epoch=state.leader_epoch, error=str(exc))
+                    complete = False
+                    continue
+                self.leaders.lead(tp, assignment.replicas[tp[1]], state)
+                led[tp] = state.leader_epoch
+                self.elections += 1
+                changed.add(tp)
+                log.info("became_leader", node_id=self.node_id, topic=tp[0],
+                         partition=tp[1], leader_epoch=state.leader_epoch)
+        if changed:
+            self._on_roles(changed)
+        return complete
+
+    async def _sync_fetchers(self, image: ClusterImage) -> None:
+        """Each partition with a replica here and a live leader elsewhere is fetched
+        from that leader, in its current epoch; everything else is not."""
+        wanted: dict[int, dict[TopicPartition, int]] = {}
+        for tp, state in image.partitions.items():
+            if state.leader in (self.node_id, NO_LEADER) or state.leader not in image.brokers:
+                continue
+            assignment = image.topics.get(tp[0])
+            if assignment is None or tp[1] >= len(assignment.replicas) \
+                    or self.node_id not in assignment.replicas[tp[1]]:
+                continue
+            count = self.store.partition_count(tp[0])
+            if count is None or tp[1] >= count:
+                continue
+            wanted.setdefault(state.leader, {})[tp] = state.leader_epoch
+        for leader_id, fetcher in list(self.fetchers.items()):
+            info = image.brokers.get(leader_id)
+            if leader_id not in wanted or info != fetcher.leader:
+                del self.fetchers[leader_id]
+                await fetcher.close()
+        for leader_id, partitions in wanted.items():
+            if leader_id not in self.fetchers:
+                self.fetchers[leader_id] = self._new_fetcher(image.brokers[leader_id])
+                self.fetchers[leader_id].start()
+            fetcher = self.fetchers[leader_id]
+            for tp in list(fetcher.partitions):
+                if tp not in partitions:
+                    fetcher.unfollow(tp)
+            for tp, epoch in partitions.items():
+                fetcher.follow(tp, epoch)

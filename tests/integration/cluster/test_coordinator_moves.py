@@ -1,0 +1,94 @@
+"""Coordinators that move: when the broker leading a group's offsets partition leaves,
+the partition's new leader loads the group from the replicated log, and a member that
+goes on heartbeating with its member id and generation carries on without a rebalance;
+committed offsets survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from groupwire.broker.storage.metadata import OFFSETS_TOPIC
+from groupwire.client.consumer import Consumer
+from groupwire.client.producer import Producer
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.hashing import coordinator_partition
+from groupwire.protocol.messages import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from tests.integration.cluster.harness import (
+    LocalCluster,
+    consume,
+    leader_of,
+)
+
+GROUP = "moving"
+
+
+def _hosts(c: LocalCluster, node: int, group: str) -> bool:
+    broker = c.brokers[node]
+    return broker._coordinates(group)
+
+
+async def test_a_group_survives_its_coordinator_leaving_without_a_rebalance(
+        tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path, offsets_topic_num_partitions=3,
+                     group_initial_rebalance_delay_ms=0, replica_fetch_wait_max_ms=20)
+    try:
+        await c.start(1, 2, 3)
+        await c.serving(offsets_partitions=3)
+        await c.create_topic("t", 3, 3)
+        p = coordinator_partition(GROUP, 3)
+        coordinator = leader_of(c, OFFSETS_TOPIC, p)
+        await c.until(lambda: _hosts(c, coordinator, GROUP))
+        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in c.brokers.values())
+        sent = [b"m%03d" % i for i in range(60)]
+        seen: list[bytes] = []
+        async with Producer(bootstrap, linger_ms=0) as producer, Consumer(
+                bootstrap, group_id=GROUP, auto_offset_reset="earliest",
+                session_timeout_ms=6000, heartbeat_interval_ms=100,
+                enable_auto_commit=False) as consumer:
+            consumer.subscribe(["t"])
+            for value in sent[:30]:
+                await producer.send("t", value, key=value)
+            await producer.flush()
+            await consume(consumer, 30, seen)
+            await consumer.commit()
+            member, generation = consumer.member_id, consumer.generation_id
+            committed = {tp: await consumer.committed(tp) for tp in consumer.assignment()}
+
+            await c.stop(coordinator)
+            new = leader_of(c, OFFSETS_TOPIC, p)
+            await c.until(lambda: leader_of(c, OFFSETS_TOPIC, p) != coordinator
+                          and _hosts(c, leader_of(c, OFFSETS_TOPIC, p), GROUP))
+            new = leader_of(c, OFFSETS_TOPIC, p)
+            for value in sent[30:]:
+                await producer.send("t", value, key=value)
+            await producer.flush()
+            await consume(consumer, 60, seen)
+            assert sorted(seen) == sent  # nothing lost, nothing read twice
+            # The same member in the same generation: no rebalance happened.
+            assert (consumer.member_id, consumer.generation_id) == (member, generation)
+            described = await c.send(new, DescribeGroupsRequest(groups=[GROUP]),
+                                     DescribeGroupsResponse)
+            group = described.groups[0]
+            assert group.error_code == ErrorCode.NONE
+            assert (group.group_state, group.generation_id) == ("Stable", generation)
+            assert [m.member_id for m in group.members] == [member]
+            # The offsets committed through the old coordinator are there.
+            fetched = await c.send(new, OffsetFetchRequest(group_id=GROUP),
+                                   OffsetFetchResponse)
+            got = {(t.name, q.partition_index): q.committed_offset
+                   for t in fetched.topics for q in t.partitions}
+            for tp, offset in committed.items():
+                assert offset is not None
+                assert got[(tp.topic, tp.partition)] >= offset.offset
+        # Other brokers refuse the group: NOT_COORDINATOR, per group in DescribeGroups.
+        other = next(n for n in c.brokers if n != new)
+        elsewhere = await c.send(other, DescribeGroupsRequest(groups=[GROUP]),
+                                 DescribeGroupsResponse)
+        assert elsewhere.groups[0].error_code == ErrorCode.NOT_COORDINATOR
+    finally:
+        await c.close()
