@@ -213,7 +213,9 @@ class FetchManager:
             plog = self._store.log(*tp)
         except (KeyError, StorageError):
             return
-        if plog.high_watermark < plog.log_end_offset:
+        # A replicated log's high watermark moves when followers fetch, and the broker
+        # says so (``appended``): looking at it again at every wake would be wasted.
+        if plog.high_watermark < plog.log_end_offset and not plog.replicated:
             self._unsettled.add(tp)
 
     def _recheck(self, fetch: _Fetch, tp: TopicPartition) -> None:

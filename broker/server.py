@@ -207,7 +207,7 @@ class Broker:
             log.warning("log_recovered", **report)
         if store.strays_removed:
             log.warning("stray_partitions_removed", directories=store.strays_removed)
-        coordinator = Coordinator(settings.coordinator_config(), store.partition_count,
+        coordinator = Coordinator(settings.coordinator_config(), self._partition_count,
                                   offsets_partitions=store.offsets_partitions)
         self._offsets_partitions = store.offsets_partitions
         self.coordinator = coordinator
@@ -270,7 +270,8 @@ class Broker:
                                          ensure_local=self._topics.ensure_local,
                                          delete_local=self._delete_local,
                                          on_roles=self._roles_changed,
-                                         append_events=self._append_events)
+                                         append_events=self._append_events,
+                                         on_topics_removed=self._cluster_topics_removed)
             except ClusterStartError as exc:
                 raise StartupError(str(exc)) from exc
         self._listening = True
@@ -695,6 +696,15 @@ class Broker:
                 for topic in response.responses])
         conn.reply(cid, response)
 
+    def _partition_count(self, topic: str) -> int | None:
+        """A topic's partitions as OffsetCommit checks them: in a cluster, the cluster's
+        (a coordinator need not hold a replica of the topics its groups commit)."""
+        if self.cluster is not None:
+            assignment = self.cluster.image.topics.get(topic)
+            return None if assignment is None else len(assignment.replicas)
+        assert self.store is not None
+        return self.store.partition_count(topic)
+
     def _coordinates(self, group_id: str) -> bool:
         """Cluster mode: whether this broker serves the group (leads its offsets
         partition, and has loaded it)."""
@@ -770,12 +780,23 @@ class Broker:
         self.execute(coordinator.delete_topic_offsets(list(deleted)))
 
     def _delete_local(self, names: list[str]) -> None:
-        """A cluster topic is gone from etcd: drop this broker's replicas of it."""
-        topics = self._topics
-        assert topics is not None
+        """A cluster topic is gone from etcd: drop this broker's replicas of it (the
+        committed offsets go in ``_cluster_topics_removed``, on every broker)."""
+        topics, fetches = self._topics, self._fetches
+        assert topics is not None and fetches is not None
         _response, deleted = topics.delete_topics(DeleteTopicsRequest(topic_names=names))
-        if deleted:
-            self._topics_deleted(deleted)
+        for name, count in deleted.items():
+            for p in range(count):
+                fetches.appended(name, p)
+        fetches.wake()
+        self.heap.after_shrink()
+
+    def _cluster_topics_removed(self, names: list[str]) -> None:
+        """Every broker tombstones its coordinated groups' offsets of deleted topics,
+        whether or not it held a replica of them."""
+        coordinator = self.coordinator
+        assert coordinator is not None
+        self.execute(coordinator.delete_topic_offsets(names))
 
     def _roles_changed(self, partitions: set[tuple[str, int]]) -> None:
         """Leadership here moved: parked fetches on those partitions look again, and

@@ -81,7 +81,8 @@ class ClusterNode:
     async def start(self, host: str, port: int, *, ensure_local: EnsureLocal,
                     delete_local: Callable[[list[str]], None],
                     on_roles: Callable[[set[TopicPartition]], None],
-                    append_events: Callable[[list[Event]], bool]) -> None:
+                    append_events: Callable[[list[Event]], bool],
+                    on_topics_removed: Callable[[list[str]], None]) -> None:
         """Register as ``host:port`` (the listener is up), read the metadata, then run.
 
         Raises :class:`ClusterStartError` if etcd does not answer in time or another
@@ -114,7 +115,8 @@ class ClusterNode:
         self.replicas = ReplicaManager(
             self.node_id, self.store, self.watcher, membership, self.leadership,
             self.leaders, ensure_local=ensure_local, new_fetcher=self._fetcher,
-            delete_local=delete_local, on_roles=on_roles)
+            delete_local=delete_local, on_roles=on_roles,
+            on_topics_removed=on_topics_removed)
         self.events = EventForwarder(
             self.node_id, lambda: self.watcher.image,
             lambda: self.leadership.check(EVENTS_TOPIC, 0) is None, append_events)

@@ -37,9 +37,12 @@ class ReplicaManager:
                  leaders: LeaderStates, *, ensure_local: EnsureLocal,
                  new_fetcher: Callable[[BrokerInfo], ReplicaFetcher],
                  delete_local: Callable[[list[str]], None],
-                 on_roles: Callable[[set[TopicPartition]], None]) -> None:
+                 on_roles: Callable[[set[TopicPartition]], None],
+                 on_topics_removed: Callable[[list[str]], None] = lambda _names: None,
+                 ) -> None:
         """``on_roles``: partitions whose role here changed (parked fetches on them
-        look again)."""
+        look again); ``on_topics_removed``: topics deleted from the cluster (every
+        broker drops the committed offsets of the groups it coordinates for them)."""
         self.node_id = node_id
         self.store = store
         self.watcher = watcher
@@ -52,6 +55,7 @@ class ReplicaManager:
         self._ensure_local = ensure_local
         self._delete_local = delete_local
         self._on_roles = on_roles
+        self._on_topics_removed = on_topics_removed
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.elections = 0
@@ -75,6 +79,8 @@ class ReplicaManager:
         self.fetchers.clear()
 
     def _on_change(self, change: ImageChange) -> None:
+        if change.topics_removed:
+            self._on_topics_removed(sorted(change.topics_removed))
         self._wake.set()
 
     def _on_fenced(self) -> None:

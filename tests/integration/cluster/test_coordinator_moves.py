@@ -13,14 +13,22 @@ from groupwire.client.producer import Producer
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
 from tests.integration.cluster.harness import (
     LocalCluster,
     consume,
+    controller_of,
+    image_of,
     leader_of,
 )
 
@@ -90,5 +98,35 @@ async def test_a_group_survives_its_coordinator_leaving_without_a_rebalance(
         elsewhere = await c.send(other, DescribeGroupsRequest(groups=[GROUP]),
                                  DescribeGroupsResponse)
         assert elsewhere.groups[0].error_code == ErrorCode.NOT_COORDINATOR
+    finally:
+        await c.close()
+
+
+async def test_a_deleted_topics_offsets_go_on_a_coordinator_without_a_replica(
+        tmp_path: Path) -> None:
+    c = LocalCluster(tmp_path, offsets_topic_num_partitions=3)
+    try:
+        await c.start(1, 2, 3)
+        await c.serving(offsets_partitions=3)
+        await c.create_topic("t", 1, 1)
+        holder = leader_of(c, "t", 0)
+        group = next(g for g in (f"g{i}" for i in range(100))
+                     if leader_of(c, OFFSETS_TOPIC, coordinator_partition(g, 3)) != holder)
+        coordinator = leader_of(c, OFFSETS_TOPIC, coordinator_partition(group, 3))
+        await c.until(lambda: _hosts(c, coordinator, group))
+        committed = await c.send(coordinator, OffsetCommitRequest(group_id=group, topics=[
+            OffsetCommitRequestTopic(name="t", partitions=[OffsetCommitRequestPartition(
+                partition_index=0, committed_offset=7)])]), OffsetCommitResponse)
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
+        store = c.brokers[coordinator].store
+        assert store is not None and store.partition_count("t") is None  # no replica here
+        deleted = await c.send(controller_of(c), DeleteTopicsRequest(topic_names=["t"]),
+                               DeleteTopicsResponse)
+        assert deleted.responses[0].error_code == ErrorCode.NONE
+        # The coordinator drops them as its watch sees the topic go.
+        await c.until(lambda: "t" not in image_of(c, coordinator).topics)
+        got = await c.send(coordinator, OffsetFetchRequest(group_id=group),
+                           OffsetFetchResponse)
+        assert [(t.name, q.partition_index) for t in got.topics for q in t.partitions] == []
     finally:
         await c.close()
