@@ -554,6 +554,13 @@ class Cluster:
             return await conn.send(request, timeout=max(deadline - loop.time(), 0.001),
                                    response_type=response_type)
         except TimeoutError:
+            # As Kafka's clients do: a node that does not answer in time is dropped
+            # (a stalled broker keeps its connections open) and metadata is read again,
+            # elsewhere, so the next attempt goes to whoever leads now.
+            self._stale = True
+            if self._node_conns.get(node_id) is conn:
+                del self._node_conns[node_id]
+            await conn.close()
             raise RequestTimedOutError(
                 f"{request.API_KEY.name} to node {node_id}: no answer within {total_ms} ms"
             ) from None
@@ -564,7 +571,10 @@ class Cluster:
     async def _send_any(self, request: Request) -> MetadataResponse:
         """Metadata from any live node: an open node connection first, else the bootstrap
         connection (with its retries across the bootstrap list)."""
-        for node_id, conn in list(self._node_conns.items()):
+        # The least loaded first (Kafka's leastLoadedNode): a stalled broker piles up
+        # requests, so it is asked last.
+        for node_id, conn in sorted(self._node_conns.items(),
+                                    key=lambda item: item[1].in_flight):
             if conn.closed:
                 continue
             try:

@@ -66,6 +66,11 @@ class Connection:
         return cls(reader, writer, client_id=client_id, max_frame_bytes=max_frame_bytes)
 
     @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._pending)
+
+    @property
     def closed(self) -> bool:
         return self._closed_exc is not None
 

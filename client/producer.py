@@ -48,6 +48,8 @@ Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
 
 _FRAME_HEADROOM = 65536
+DELIVERY_TIMEOUT_MS: Final = 120000
+"""Kafka's ``delivery.timeout.ms`` default: how long a record may take, retries included."""
 
 UNKNOWN_TOPIC_ATTEMPTS: Final = 3
 """Metadata requests answered UNKNOWN_TOPIC_OR_PARTITION before ``send`` gives up."""
@@ -61,12 +63,18 @@ class Producer:
     ``acks``: ``"all"`` (or -1, the default) waits for every in-sync replica, 1 for the
     leader alone (a single broker answers both once stored); 0 is refused, as every
     groupwire request is answered.
+
+    ``request_timeout_ms`` bounds one attempt; ``delivery_timeout_ms`` (Kafka's, default
+    120 s or one attempt plus the linger if that is longer) bounds a record's retries, so
+    a leader that stalls without closing its connections costs one attempt, after which
+    the record goes to whoever leads then.
     """
 
     def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "groupwire-producer", acks: int | str = "all",
                  linger_ms: int = 5, max_batch_bytes: int = 1048576,
                  max_buffer_bytes: int = 33554432, request_timeout_ms: int = 30000,
+                 delivery_timeout_ms: int | None = None,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
                  allow_auto_create_topics: bool = True, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer | None = None,
@@ -78,12 +86,20 @@ class Producer:
             raise ValueError(f"acks must be 1, -1 or 'all', got {acks!r}")
         if linger_ms < 0 or max_batch_bytes <= 0 or request_timeout_ms <= 0:
             raise ValueError("linger_ms >= 0, max_batch_bytes > 0, request_timeout_ms > 0")
+        if delivery_timeout_ms is None:
+            delivery_timeout_ms = max(DELIVERY_TIMEOUT_MS, request_timeout_ms + linger_ms)
+        if delivery_timeout_ms < request_timeout_ms + linger_ms:
+            raise ValueError(
+                f"delivery_timeout_ms ({delivery_timeout_ms}) must be at least "
+                f"request_timeout_ms + linger_ms ({request_timeout_ms + linger_ms}), as in "
+                f"Kafka: a send needs time for at least one whole attempt")
         self.acks = -1 if acks == "all" else int(acks)
         """As sent in each Produce: 1 or -1 (``"all"``)."""
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
         self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
         self.allow_auto_create_topics = allow_auto_create_topics
         self.metadata_max_age_ms = metadata_max_age_ms
         self._key_serializer = key_serializer
@@ -334,7 +350,7 @@ class Producer:
     async def _send_round(self, batches: list[_Batch]) -> None:
         """Every ready batch, one Produce per leader, the leaders' requests at once."""
         loop = asyncio.get_running_loop()
-        self._acc.take(batches, loop.time(), self.request_timeout_ms / 1000)
+        self._acc.take(batches, loop.time(), self.delivery_timeout_ms / 1000)
         self._in_flight = batches
         try:
             by_node = await self._route(batches)
