@@ -7,6 +7,7 @@ line each, so the runner (bench/run.py) and the smoke test read them the same wa
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -331,6 +332,7 @@ class BrokerProc:
     """The broker's /metrics port, when ``extra`` turns it on (``--metrics-port 0``)."""
     _tmp: str | None = None
     _log: Path | None = None
+    _log_from: int = 0
     env: dict[str, str] = field(default_factory=dict)
     preexec: Callable[[], None] = die_with_parent
     """Run in the child before the broker starts (e.g. a lower descriptor limit); it should
@@ -350,13 +352,15 @@ class BrokerProc:
             self._tmp = tempfile.mkdtemp(prefix="gw-bench-")
             self.data_dir = Path(self._tmp)
         self._log = self.data_dir / "broker.log"
+        # a restart (same data dir) appends: the earlier lives' lines stay for timelines
+        self._log_from = self._log.stat().st_size if self._log.exists() else 0
         cmd = [sys.executable, "-m", "groupwire", "broker", "--host", "127.0.0.1",
                "--port", "0", "--data-dir", str(self.data_dir / "data"), "--metrics-port", "-1",
                "--log-format", "json", *self.extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-        with self._log.open("wb") as log:
+        with self._log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
                                          env=env, cwd=REPO_ROOT, preexec_fn=self.preexec)
         deadline = time.monotonic() + BROKER_STARTUP_TIMEOUT_S
@@ -374,8 +378,9 @@ class BrokerProc:
 
     def _port_from_log(self) -> int | None:
         assert self._log is not None
-        with contextlib.suppress(OSError):
-            for line in self._log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(OSError), self._log.open("rb") as f:
+            f.seek(self._log_from)
+            for line in f.read().decode(errors="replace").splitlines():
                 if '"broker_started"' in line:
                     with contextlib.suppress(ValueError, KeyError):
                         started = json.loads(line)
@@ -388,6 +393,17 @@ class BrokerProc:
         if self._log is None or not self._log.exists():
             return ""
         return "\n".join(self._log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no clean shutdown, nothing flushed, the lease left to
+        expire. The data directory stays, for a restart."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._log
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it lingers; remove a data directory we created."""
@@ -429,3 +445,202 @@ def repo_env() -> dict[str, str]:
         p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+# --- etcd and clusters ------------------------------------------------------------------
+
+ETCD_ENV = "GROUPWIRE_BENCH_ETCD"
+"""Path of the etcd binary, when it is not ``etcd`` on the PATH."""
+ETCD_STARTUP_TIMEOUT_S = 30.0
+CLUSTER_SETTLE_TIMEOUT_S = 120.0
+
+
+def etcd_binary() -> str | None:
+    found = os.environ.get(ETCD_ENV) or shutil.which("etcd")
+    if found is None and Path("/usr/bin/etcd").exists():
+        found = "/usr/bin/etcd"
+    return found
+
+
+def etcd_missing() -> str | None:
+    """Why cluster benchmarks cannot run here (None: they can)."""
+    if etcd_binary() is None:
+        return (f"no etcd binary (install etcd 3.4+, e.g. Debian's etcd-server, or set "
+                f"{ETCD_ENV})")
+    return None
+
+
+@dataclass
+class EtcdProc:
+    """One etcd member on free ports with a temporary data directory, killed with us.
+
+    Elections every 500 ms (heartbeat 100 ms) so that a 1 s lease TTL is allowed
+    (etcd wants the TTL at least 1.5 times the election timeout).
+    """
+
+    proc: subprocess.Popen[bytes] | None = None
+    client_port: int = -1
+    peer_port: int = -1
+    _tmp: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> EtcdProc:
+        binary = etcd_binary()
+        if binary is None:
+            raise BenchError(etcd_missing() or "no etcd")
+        self._tmp = tempfile.mkdtemp(prefix="gw-bench-etcd-")
+        self.client_port, self.peer_port = free_port(), free_port()
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        cmd = [binary, "--name", "bench", "--data-dir", str(Path(self._tmp) / "data"),
+               "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+               "--initial-cluster", f"bench={peer}",
+               "--election-timeout", "500", "--heartbeat-interval", "100"]
+        with (Path(self._tmp) / "etcd.log").open("wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log,
+                                         preexec_fn=die_with_parent)
+        deadline = time.monotonic() + ETCD_STARTUP_TIMEOUT_S
+        import urllib.request
+
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            with contextlib.suppress(OSError, ValueError), \
+                    urllib.request.urlopen(f"{self.url}/health", timeout=1) as r:
+                if json.loads(r.read()).get("health") == "true":
+                    return self
+            time.sleep(0.05)
+        tail = (Path(self._tmp) / "etcd.log").read_text(errors="replace")[-2000:]
+        self.stop()
+        raise BenchError(f"etcd did not start: {tail}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> EtcdProc:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class ClusterProcs:
+    """Brokers with node ids 1..n on one etcd, each on a fixed port with its own data
+    directory, so a killed one restarts as the same broker (same id, data, address).
+
+    ``etcd``: share a running one (clusters then differ by name); None starts our own.
+    """
+
+    brokers: int = 3
+    extra: tuple[str, ...] = ()
+    lease_ttl_ms: int = 1000
+    etcd: EtcdProc | None = None
+    name: str = field(default_factory=lambda: f"bench-{os.getpid()}-{time.time_ns()}")
+    nodes: dict[int, BrokerProc] = field(default_factory=dict)
+    _own_etcd: bool = False
+    _tmp: str | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.nodes.values())
+
+    def start(self) -> ClusterProcs:
+        try:
+            if self.etcd is None:
+                self.etcd = EtcdProc().start()
+                self._own_etcd = True
+            self._tmp = tempfile.mkdtemp(prefix="gw-bench-cluster-")
+            for node in range(1, self.brokers + 1):
+                self.nodes[node] = BrokerProc(data_dir=Path(self._tmp) / f"b{node}")
+                self.nodes[node].data_dir.mkdir()  # type: ignore[union-attr]
+                self.nodes[node].port = free_port()
+                self.start_node(node)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self, node: int) -> None:
+        """(Re)start broker ``node`` on its port and data directory."""
+        b = self.nodes[node]
+        assert self.etcd is not None
+        b.extra = ("--node-id", str(node), "--etcd-endpoints", self.etcd.url,
+                   "--cluster-name", self.name, "--etcd-lease-ttl-ms", str(self.lease_ttl_ms),
+                   "--port", str(b.port), "--group-initial-rebalance-delay-ms", "0",
+                   *self.extra)
+        b.start()
+
+    def kill(self, node: int) -> tuple[float, float]:
+        """SIGKILL broker ``node``; (monotonic, wall-clock) time just before the signal."""
+        t = time.monotonic(), time.time()
+        self.nodes[node].kill()
+        return t
+
+    def restart(self, node: int) -> None:
+        self.start_node(node)
+
+    async def wait_settled(self, timeout_s: float = CLUSTER_SETTLE_TIMEOUT_S,
+                           topics: list[str] | None = None) -> None:
+        """Until every broker is live and every partition (of ``topics``, or all,
+        internal ones included) has a leader and its whole ISR."""
+        from groupwire.client import Admin
+
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        async with Admin(self.bootstrap, request_timeout_ms=5000) as admin:
+            while time.monotonic() < deadline:
+                try:
+                    cluster = await admin.describe_cluster()
+                    parts = await admin.describe_partitions(topics)
+                except Exception as exc:  # brokers coming and going: ask again
+                    last = f"{type(exc).__name__}: {exc}"
+                else:
+                    live = {b.node_id for b in cluster.brokers}
+                    lagging = [f"{p.topic}[{p.partition}]" for p in parts
+                               if p.leader < 0 or p.under_replicated]
+                    if live == set(self.nodes) and not lagging:
+                        return
+                    last = f"live {sorted(live)}, {len(lagging)} partitions lagging " \
+                           f"({', '.join(lagging[:3])})"
+                await asyncio.sleep(0.1)
+        raise BenchError(f"cluster {self.name} did not settle in {timeout_s:.0f} s: {last}")
+
+    def logs(self) -> dict[int, list[dict[str, Any]]]:
+        """Every broker's JSON log lines so far, all its lives."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for node, b in self.nodes.items():
+            lines: list[dict[str, Any]] = []
+            if b.log_path is not None and b.log_path.exists():
+                for raw in b.log_path.read_text(errors="replace").splitlines():
+                    with contextlib.suppress(ValueError):
+                        lines.append(json.loads(raw))
+            out[node] = lines
+        return out
+
+    def stop(self) -> None:
+        for b in self.nodes.values():
+            b.stop()
+        if self._own_etcd and self.etcd is not None:
+            self.etcd.stop()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> ClusterProcs:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

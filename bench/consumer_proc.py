@@ -8,7 +8,8 @@ its own.
 The child (``python -m bench.consumer_proc``) prints JSON lines: ``ready`` once
 connected; ``assigned``/``revoked``/``lost`` with partitions (groupwire only); then, with
 ``--report batches``, one ``batch`` per poll (records per partition and the time), or with
-``--report count``, ``progress`` lines (records so far, times of the first and last).
+``--report count``, ``progress`` lines (records so far, times of the first and last);
+with ``--report-commits``, a ``commit`` line per successful commit.
 It does nothing until ``go`` arrives on stdin, so a parent can start several and let them
 join at once; ``leave`` unsubscribes (groupwire); SIGTERM stops it.
 """
@@ -132,10 +133,14 @@ async def _run_groupwire(args: argparse.Namespace) -> None:
                 counter.add(n, now)
                 counter.maybe_emit(now, idle=not n)
             if n and args.commit:
+                t0 = time.monotonic()
                 try:
                     await consumer.commit()
                 except GroupwireError as exc:
                     emit(e="commit_failed", t=time.monotonic(), error=repr(exc))
+                else:
+                    if args.report_commits:
+                        emit(e="commit", t0=t0, t=time.monotonic())
     reading.cancel()
 
 
@@ -181,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-poll-records", type=int, default=500)
     p.add_argument("--report", choices=("batches", "count"), default="batches")
     p.add_argument("--commit", action="store_true", help="commit (XACK) after every poll")
+    p.add_argument("--report-commits", action="store_true",
+                   help="a ``commit`` line (start t0, end t) per successful commit (groupwire)")
     args = p.parse_args(argv)
     if args.redis:
         _run_redis(args)

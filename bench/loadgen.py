@@ -1,6 +1,7 @@
 """A load generator in its own process: the same code drives the echo server and the broker.
 
-It reads members (group id, member id, generation) from a JSON file, pre-encodes one
+It reads members (group id, member id, generation, and optionally the port of the
+broker coordinating them: a cluster's) from a JSON file, pre-encodes one
 Heartbeat frame per member and correlation id, and keeps ``--depth`` requests in flight on
 each of ``--connections`` connections (closed loop), or sends at a fixed ``--rate``
 (open loop). Answers are counted, not decoded: a reply is good when it ends with
@@ -116,26 +117,38 @@ def build_frames(members: Sequence[Sequence[Any]], depth: int) -> list[bytes]:
     reps = max(1, math.ceil(max(MIN_FRAMES_PER_CONN, 4 * depth) / len(members)))
     out = []
     for cid in range(reps * len(members)):
-        group_id, member_id, generation = members[cid % len(members)]
+        group_id, member_id, generation = members[cid % len(members)][:3]
         out.append(frame(encode_request(cid, HeartbeatRequest(
             group_id=group_id, generation_id=generation, member_id=member_id), "loadgen")))
     return out
 
 
+def by_port(members: Sequence[Sequence[Any]], default_port: int,
+            ) -> dict[int, list[Sequence[Any]]]:
+    """Members by the port they are sent to: a row's optional fourth item, else
+    ``--port``."""
+    out: dict[int, list[Sequence[Any]]] = {}
+    for m in members:
+        out.setdefault(int(m[3]) if len(m) > 3 else default_port, []).append(m)
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     members = json.loads(open(args.members).read())  # noqa: SIM115 (read once, small)
-    per_conn = [members[i::args.connections] for i in range(args.connections)]
-    per_conn = [m for m in per_conn if m]
     stats = Stats()
     loop = asyncio.get_running_loop()
     closed_loop = args.rate <= 0
     conns: list[LoadConnection] = []
-    for ms in per_conn:
-        frames = build_frames(ms, args.depth)
-        _, proto = await loop.create_connection(
-            lambda f=frames: LoadConnection(f, args.depth, stats, closed_loop),  # type: ignore[misc]
-            "127.0.0.1", args.port)
-        conns.append(proto)
+    for port, ms_port in by_port(members, args.port).items():
+        # a cluster's members go to their coordinators: connections shared out by members
+        n_conns = max(1, round(args.connections * len(ms_port) / len(members)))
+        per_conn = [m for m in (ms_port[i::n_conns] for i in range(n_conns)) if m]
+        for ms in per_conn:
+            frames = build_frames(ms, args.depth)
+            _, proto = await loop.create_connection(
+                lambda f=frames: LoadConnection(f, args.depth, stats, closed_loop),  # type: ignore[misc]
+                "127.0.0.1", port)
+            conns.append(proto)
     pacer = None if closed_loop else asyncio.create_task(pace(conns, args.rate))
     await asyncio.sleep(args.warmup_s)
     good0, bad0, t0, cpu0 = stats.good, stats.bad, time.perf_counter(), time.process_time()
@@ -183,7 +196,8 @@ async def pace(conns: Sequence[LoadConnection], rate: float, tick_s: float = 0.0
 
 def main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True,
+                        help="the broker, for members whose row names no port")
     parser.add_argument("--members", required=True, help="JSON file of [group, member, gen]")
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--depth", type=int, default=16, help="in flight per connection")

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from bench import run as runner
-from bench.common import Figure, bench_main, check_goal, with_goal
+from bench.common import Figure, bench_main, check_goal, etcd_missing, with_goal
+from bench.loadgen import by_port
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 240
@@ -36,7 +37,8 @@ def _spark_missing() -> str | None:
     return None
 
 
-SKIPS: dict[str, Any] = {"spark_source": _spark_missing}
+SKIPS: dict[str, Any] = {"spark_source": _spark_missing, "cluster_failover": etcd_missing,
+                         "cluster_throughput": etcd_missing}
 
 
 def _smoke_params() -> list[Any]:
@@ -163,3 +165,10 @@ def test_runner_keeps_the_latest_run_of_each_bench(tmp_path: Path,
     assert "(`heartbeat`)" not in md  # its only run failed: no figures to show
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "2026-01-01.jsonl", "2026-01-02.jsonl"]
+
+
+def test_loadgen_sends_each_member_to_the_port_its_row_names() -> None:
+    rows = [["g-0", "m0", 1, 9001], ["g-1", "m1", 1], ["g-2", "m2", 3, 9002],
+            ["g-3", "m3", 1, 9001]]
+    assert by_port(rows, 9000) == {9001: [rows[0], rows[3]], 9000: [rows[1]],
+                                   9002: [rows[2]]}
