@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 from groupwire.client.cluster import Cluster, backoff_s
 from groupwire.client.errors import (
@@ -323,10 +323,12 @@ class Admin:
 
     async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
         """Groups, optionally only those in ``states`` (case-insensitive)."""
-        resp = await self._send(ListGroupsRequest(states_filter=list(states or [])),
-                                ListGroupsResponse)
-        return sorted((GroupListing(g.group_id, g.protocol_type, g.group_state)
-                       for g in resp.groups), key=lambda g: g.group_id)
+        request = ListGroupsRequest(states_filter=list(states or []))
+        listed: dict[str, GroupListing] = {}
+        for resp in await self._on_every_broker(request, ListGroupsResponse):
+            for g in resp.groups:
+                listed[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state)
+        return sorted(listed.values(), key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: str | Sequence[str]) -> list[GroupDescription]:
         """Members (consumer assignments decoded), state and recent rebalances per group.
@@ -334,9 +336,13 @@ class Admin:
         A group that does not exist is described as ``Dead`` with no members (Kafka).
         """
         ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
-        resp = await self._send(DescribeGroupsRequest(groups=ids), DescribeGroupsResponse)
+        described = {}
+        for group_id in dict.fromkeys(ids):
+            resp = await self._send_to_coordinator(
+                group_id, DescribeGroupsRequest(groups=[group_id]), DescribeGroupsResponse)
+            described[group_id] = resp.groups[0]
         out: list[GroupDescription] = []
-        for g in resp.groups:
+        for g in (described[i] for i in ids):
             _raise_for(g.error_code, g.error_message, f"group {g.group_id!r}")
             consumer = g.protocol_type == "consumer"
             members = [MemberDescription(
@@ -356,10 +362,14 @@ class Admin:
                             ) -> dict[str, BrokerResponseError | None]:
         """Delete empty groups; per group None (deleted) or the error that prevented it."""
         ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
-        resp = await self._send(DeleteGroupsRequest(groups_names=ids), DeleteGroupsResponse)
-        return {r.group_id: (None if r.error_code == ErrorCode.NONE
-                             else error_for(r.error_code, r.error_message or r.group_id))
-                for r in resp.results}
+        out: dict[str, BrokerResponseError | None] = {}
+        for group_id in dict.fromkeys(ids):
+            resp = await self._send_to_coordinator(
+                group_id, DeleteGroupsRequest(groups_names=[group_id]), DeleteGroupsResponse)
+            for r in resp.results:
+                out[r.group_id] = (None if r.error_code == ErrorCode.NONE
+                                   else error_for(r.error_code, r.error_message or r.group_id))
+        return out
 
     async def list_consumer_group_offsets(
             self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
@@ -372,8 +382,9 @@ class Admin:
                 by_topic.setdefault(tp.topic, []).append(tp.partition)
             topics = [OffsetFetchRequestTopic(name=t, partition_indexes=ps)
                       for t, ps in by_topic.items()]
-        resp = await self._send(OffsetFetchRequest(group_id=group_id, topics=topics),
-                                OffsetFetchResponse)
+        resp = await self._send_to_coordinator(
+            group_id, OffsetFetchRequest(group_id=group_id, topics=topics),
+            OffsetFetchResponse)
         out: dict[TopicPartition, OffsetAndMetadata] = {}
         for t in resp.topics:
             for p in t.partitions:
@@ -458,7 +469,7 @@ class Admin:
         for tp, off in offsets.items():
             by_topic.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
                 partition_index=tp.partition, committed_offset=off))
-        resp = await self._send(OffsetCommitRequest(
+        resp = await self._send_to_coordinator(group_id, OffsetCommitRequest(
             group_id=group_id, generation_id=-1, member_id="",
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()]), OffsetCommitResponse)
@@ -501,6 +512,61 @@ class Admin:
             attempt += 1
             cluster.mark_stale()
             await cluster.refresh_metadata()
+
+
+    async def _send_to_coordinator(self, group_id: str, request: Request,
+                                   rtype: type[R]) -> R:
+        """To the group's coordinator (FindCoordinator first, as Kafka's admin does); an
+        answer saying it moved or is loading finds it again and resends, until the
+        request timeout. Such an answer changed nothing, so resending is safe."""
+        cluster = self._cluster
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cluster.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            node = await cluster.coordinator_node(group_id)
+            timeout_ms = max(int((deadline - loop.time()) * 1000), 1)
+            resp = await cluster.send_to(node, request, response_type=rtype,
+                                         timeout_ms=timeout_ms)
+            codes = _group_codes(resp)
+            if not codes & _COORDINATOR_MOVED:
+                if resp.error_code != ErrorCode.NONE:
+                    _raise_for(resp.error_code, resp.error_message, request.API_KEY.name)
+                return resp
+            delay = backoff_s(attempt, cluster.retry_backoff_ms, cluster.retry_backoff_max_ms)
+            if loop.time() + delay >= deadline:
+                _raise_for(resp.error_code or min(codes & _COORDINATOR_MOVED),
+                           resp.error_message, f"group {group_id!r}")
+                return resp
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _on_every_broker(self, request: Request, rtype: type[R]) -> list[R]:
+        """The same request to every live broker (ListGroups: each lists the groups it
+        coordinates); a single broker is asked once."""
+        cluster = self._cluster
+        await cluster.refresh_metadata()
+        nodes = sorted(cluster.nodes)
+        if len(nodes) <= 1:
+            return [await self._send(request, rtype)]
+        answers = []
+        for node in nodes:
+            resp = await cluster.send_to(node, request, response_type=rtype)
+            if resp.error_code != ErrorCode.NONE:
+                _raise_for(resp.error_code, resp.error_message, request.API_KEY.name)
+            answers.append(resp)
+        return answers
+
+
+_COORDINATOR_MOVED: Final = frozenset({ErrorCode.NOT_COORDINATOR,
+                                       ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
+
+
+def _group_codes(resp: Response) -> set[int]:
+    """A group API's error codes: its own and its groups'."""
+    items = getattr(resp, "groups", None) or getattr(resp, "results", None) or []
+    return {resp.error_code, *(getattr(g, "error_code", ErrorCode.NONE) for g in items)}
 
 
 def _codes(resp: Response) -> set[int]:

@@ -189,6 +189,7 @@ class Cluster:
         """The latest ApiVersions answer, as the broker sent it."""
         self.metadata_cache: ClusterMetadata | None = None
         self.nodes: dict[int, tuple[str, int]] = {}
+        self._last_coordinator_node = -1
         """node id -> (host, port), from Metadata (and FindCoordinator answers)."""
         self.controller_id = -1
         self.leaders: dict[TopicPartition, PartitionLeader] = {}
@@ -649,6 +650,12 @@ class Cluster:
             await asyncio.sleep(delay)
         return out
 
+    async def coordinator_node(self, group_id: str) -> int:
+        """The node id of the group's coordinator, known as a node from then on
+        (``send_to`` reaches it); retriable errors are retried."""
+        await self.find_coordinator(group_id)
+        return self._last_coordinator_node
+
     async def find_coordinator(self, group_id: str) -> tuple[str, int]:
         """``(host, port)`` of the group's coordinator; retriable errors are retried."""
         loop = asyncio.get_running_loop()
@@ -658,6 +665,8 @@ class Cluster:
             resp = await self.send(FindCoordinatorRequest(key=group_id),
                                    response_type=FindCoordinatorResponse)
             if resp.error_code == ErrorCode.NONE:
+                self.add_node(resp.node_id, resp.host, resp.port)
+                self._last_coordinator_node = resp.node_id
                 return resp.host, resp.port
             err = error_for(resp.error_code, resp.error_message or f"group {group_id!r}")
             delay = backoff_s(attempt, self.retry_backoff_ms, self.retry_backoff_max_ms)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from groupwire.client.clock import Clock
 from groupwire.client.connection import Connection
-from groupwire.client.link import find_coordinator_on
+from groupwire.client.link import COORDINATOR_RETRY_MAX_MS, backoff_ms, find_coordinator_on
 from groupwire.client.membership import Action, Membership
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -124,7 +124,7 @@ class HeartbeatThread(threading.Thread):
                     log.debug("heartbeat connection failed: %s", exc)
                     await self._close_conn()
                     self._find_again = True
-                    delay = min(self._backoff_ms * (2 ** min(failures, 6)), 1000)
+                    delay = backoff_ms(failures, self._backoff_ms, COORDINATOR_RETRY_MAX_MS)
                     await self._idle(delay)
         finally:
             await self._close_conn()

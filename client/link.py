@@ -28,7 +28,13 @@ from groupwire.protocol.messages import (
     Response,
 )
 
-__all__ = ["COORDINATOR_MOVED", "CoordinatorLink", "backoff_ms", "find_coordinator_on"]
+__all__ = [
+    "COORDINATOR_MOVED",
+    "COORDINATOR_RETRY_MAX_MS",
+    "CoordinatorLink",
+    "backoff_ms",
+    "find_coordinator_on",
+]
 
 log = logging.getLogger("groupwire.consumer")
 
@@ -41,6 +47,13 @@ COORDINATOR_MOVED: Final = frozenset({ErrorCode.NOT_COORDINATOR,
 _CHECKED_APIS: Final = frozenset({ApiKey.OFFSET_FETCH})
 """Requests whose coordinator errors ``send`` handles itself (commits, joins and
 heartbeats feed theirs to the membership)."""
+
+
+COORDINATOR_RETRY_MAX_MS: Final = 250
+"""Longest pause between two lookups of a group's coordinator. A coordinator that died
+is replaced within the cluster's lease TTL, and a member should find the new one soon
+after, not a doubling backoff later; a lookup is one small request (Kafka's clients
+used a flat 100 ms)."""
 
 
 def backoff_ms(attempt: int, base_ms: int, max_ms: int = 1000) -> int:
@@ -159,7 +172,8 @@ class CoordinatorLink:
                 raise ConnectionClosedError(
                     f"no coordinator for group {self._group_id!r} within "
                     f"{int(self._timeout * 1000)} ms")
-            await asyncio.sleep(backoff_ms(attempt, self._backoff_ms) / 1000)
+            await asyncio.sleep(backoff_ms(attempt, self._backoff_ms,
+                                           COORDINATOR_RETRY_MAX_MS) / 1000)
 
     async def _coordinator_of(self, conn: Connection, deadline: float) -> Connection | None:
         """Ask ``conn`` for the coordinator; the cluster's connection to it (``conn``

@@ -697,17 +697,18 @@ class PartitionLog:
 
         At most ``max_bytes``, except that with ``first_batch_always`` the first batch is
         returned whatever its size (KIP-74). Stops at a segment end. Raises
-        :class:`OffsetNotInLogError` outside ``[log_start_offset, high_watermark]`` (or
-        the log end).
+        :class:`OffsetNotInLogError` outside ``[log_start_offset, log_end_offset]``; from
+        the high watermark to the log end a consumer's read is empty, as in Kafka (a new
+        leader's high watermark may trail what its consumers already read).
         """
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")
         start, hw = self.log_start_offset, self._leo if to_log_end else self._hw
-        if not start <= fetch_offset <= hw:
+        if not start <= fetch_offset <= self._leo:
             raise OffsetNotInLogError(
-                f"offset {fetch_offset} is outside [{start}, {hw}] "
+                f"offset {fetch_offset} is outside [{start}, {self._leo}] "
                 f"for {self.topic}-{self.partition}")
-        if fetch_offset == hw:
+        if fetch_offset >= hw:
             return b""
         return self._slice(fetch_offset, max_bytes, first_batch_always, hw)[0]
 

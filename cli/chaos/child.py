@@ -1,15 +1,18 @@
-"""Start a chaos run's child (a consumer, the broker) so that it dies with the run.
+"""Start a chaos run's child (a consumer, a broker, etcd) so that it dies with the run.
 
 ``python -m groupwire.cli.chaos.child PARENT_PID MODULE ARGS...`` arranges for this
 process to be SIGKILLed when its parent dies, then runs ``python -m MODULE ARGS...`` in
-it. The runner also puts each child in its own process group and kills that group on
-exit, but a runner that is itself SIGKILLed runs no exit code at all: only the kernel's
-parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``) covers that case, at no cost and
-without a thread. Where prctl is missing, a daemon thread polls ``os.getppid()`` instead.
+it; ``... PARENT_PID --exec PROGRAM ARGS...`` execs a program instead (the parent-death
+signal survives the exec). The runner also puts each child in its own process group
+and kills that group on exit, but a runner that is itself SIGKILLed runs no exit code at
+all: only the kernel's parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``) covers
+that case, at no cost and without a thread. Where prctl is missing, a daemon thread
+polls ``os.getppid()`` instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import os
@@ -21,6 +24,16 @@ import time
 
 PR_SET_PDEATHSIG = 1
 WATCHDOG_PERIOD_S = 0.5
+EXEC = "--exec"
+
+
+async def start_child(*argv: str, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """``python -m MODULE ARGS`` (or ``--exec PROGRAM ARGS``) in its own process group,
+    dying with this process."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "groupwire.cli.chaos.child", str(os.getpid()), *argv,
+        stdout=stdout, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
+        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def _set_parent_death_signal() -> bool:
@@ -54,6 +67,8 @@ def main() -> None:
         sys.exit("usage: python -m groupwire.cli.chaos.child PARENT_PID MODULE [ARGS...]")
     guard(int(sys.argv[1]))
     module = sys.argv[2]
+    if module == EXEC:  # a program, not a module: the watchdog thread would not survive
+        os.execv(sys.argv[3], sys.argv[3:])
     sys.argv = [module, *sys.argv[3:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
     """Add ``chaos`` to the ``groupwire`` subparsers."""
     d = ChaosOptions()
     p = subparsers.add_parser(
-        "chaos", help="kill, freeze and restart consumers (and the broker); "
+        "chaos", help="kill, freeze and restart consumers (and the broker, or a cluster's "
+        "brokers and etcd); "
         "check that nothing is lost",
         description="Run a producer, consumer processes in one group and a fault schedule "
         "drawn from --seed; print a verdict, exit 1 on a violation.")
@@ -46,6 +47,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--broker-faults", type=non_negative_int, default=d.broker_faults,
                    help=f"SIGKILL and restart the run's own broker this often "
                    f"(default {d.broker_faults})")
+    p.add_argument("--cluster", type=_cluster_size, default=0, metavar="N",
+                   help="run against a cluster of N >= 3 brokers and its own etcd (etcd on "
+                   "the PATH); --broker-faults then kills, freezes and restarts brokers by "
+                   "role and restarts etcd (default: one broker, no etcd)")
     p.add_argument("--seed", type=int, default=d.seed,
                    help=f"fault schedule seed (default {d.seed})")
     p.add_argument("--session-timeout-ms", type=positive_int, default=None,
@@ -75,12 +80,25 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         records=args.records, broker_faults=args.broker_faults, seed=args.seed,
         session_timeout_ms=args.session_timeout_ms, partitions=args.partitions,
         rate=args.rate, report=args.report, rebalance_report=args.rebalance_report,
-        topic=args.topic, group=args.group)
+        topic=args.topic, group=args.group, cluster=args.cluster)
     if opts.rebalance_report and opts.report is None:
         raise CliError("--rebalance-report: needs --report DIR to write it into")
     if opts.bootstrap is not None and opts.broker_faults:
         raise CliError("--broker-faults: only with the run's own broker (no --bootstrap)")
+    if opts.cluster and opts.bootstrap is not None:
+        raise CliError("--cluster: starts its own brokers; not with --bootstrap")
+    if opts.cluster and opts.rebalance_report:
+        raise CliError("--rebalance-report: not with --cluster (the run stops its brokers "
+                       "to read their logs)")
     return opts
+
+
+def _cluster_size(text: str) -> int:
+    n = positive_int(text)
+    if n < 3:
+        raise argparse.ArgumentTypeError("a cluster needs 3 brokers or more (replication "
+                                         "factor 3)")
+    return n
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:

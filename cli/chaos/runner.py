@@ -1,4 +1,4 @@
-"""Run a chaos scenario: broker, producer, consumer processes, faults, verdict.
+"""Run a chaos scenario: broker (or cluster), producer, consumer processes, faults, verdict.
 
 Every process the run starts is a :mod:`~groupwire.cli.chaos.child`: its own process
 group (killed on the way out, whatever ended the run) and a parent-death signal (for a
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
 import signal
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -26,14 +26,39 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from groupwire.broker.storage.topic_store import LOGS_DIR
+from groupwire.cli.chaos.child import start_child
+from groupwire.cli.chaos.cluster import (
+    LEASE_TTL_MS,
+    ClusterStartError,
+    LocalCluster,
+    Node,
+    Roles,
+)
 from groupwire.cli.chaos.fatal import FATAL_PREFIX, explain
+from groupwire.cli.chaos.replica_logs import rebalance_times, replicas_of, values
 from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
-from groupwire.cli.chaos.verdict import Verdict, judge, read_journals
+from groupwire.cli.chaos.verdict import (
+    ClusterFindings,
+    StoredBatch,
+    Verdict,
+    acked_missing,
+    consume_gap,
+    coordinator_rebalances,
+    epoch_conflicts,
+    judge,
+    produce_gaps,
+    read_journals,
+)
 from groupwire.cli.output import table
-from groupwire.client.admin import Admin
+from groupwire.client.admin import Admin, TopicSpec
+from groupwire.client.cluster import Cluster
+from groupwire.client.connection import Connection
 from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 
 OWN_BROKER_SESSION_TIMEOUT_MS = 3000
 """The run's own broker accepts 100 ms and up: short sessions make faults quick to notice."""
@@ -45,6 +70,16 @@ TASK_EXIT_S = 5.0
 """How long a cancelled task of the run, or a signalled process, has to end."""
 MEMBER_STOP_S = 15.0
 REBALANCE_REPORT_S = 900.0
+MAX_UNACKED = 2000
+"""Records the producer may have in flight before it waits for answers."""
+BROKER_ARGS = ["--metrics-port", "-1", "--fsync", "always",
+               "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "100",
+               "--connection-loss-grace-ms", "300", "--log-format", "json", "--log-level", "info"]
+"""What the run's own broker (or each broker of its cluster) is started with."""
+CLUSTER_REPLICATION = 3
+HEALTHY_WAIT_S = 15.0
+"""How long a cluster fault waits for every replica to be in sync again before it strikes."""
+BROKER_STOP_S = 15.0
 
 
 class ChaosFatal(Exception):
@@ -67,6 +102,8 @@ class ChaosOptions:
     rebalance_report: bool = False
     topic: str | None = None
     """None: ``chaos-SEED-STAMP``, a topic of this run only."""
+    cluster: int = 0
+    """Brokers of the run's own cluster (with its own etcd); 0: one broker, no etcd."""
     group: str | None = None
     """None: ``chaos-group-SEED-STAMP``, a group of this run only."""
 
@@ -105,6 +142,13 @@ class Run:
     produced: bool = False
     samples: list[tuple[float, dict[int, int]]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    cluster: LocalCluster | None = None
+    acked_values: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    acked_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    produce_span: tuple[float, float] = (0.0, 0.0)
+    member_fault_times: list[float] = field(default_factory=list)
+    """Every consumer fault, additions included: each may start a rebalance."""
+    coordinator_fault_times: list[float] = field(default_factory=list)
     tasks: set[asyncio.Future[Any]] = field(default_factory=set)
     fatal: asyncio.Future[str] | None = None
     on_verdict: Callable[[dict[str, object]], object] | None = None
@@ -119,6 +163,8 @@ class Run:
 
     def processes(self) -> list[asyncio.subprocess.Process]:
         procs = [m.proc for m in self.members]
+        if self.cluster is not None:
+            procs += self.cluster.processes()
         return [*procs, self.broker] if self.broker is not None else procs
 
 
@@ -159,7 +205,9 @@ async def run_chaos(opts: ChaosOptions, console: Console,
 async def _scenario(run: Run) -> Verdict:
     opts = run.opts
     started_ms = time.time_ns() // 1_000_000
-    if opts.bootstrap is None:
+    if opts.cluster:
+        await _start_cluster(run)
+    elif opts.bootstrap is None:
         run.broker_port = _free_port()
         await _start_broker(run)
     else:
@@ -167,20 +215,31 @@ async def _scenario(run: Run) -> Verdict:
     async with Admin(run.bootstrap, client_id="chaos-admin") as admin:
         try:
             async with asyncio.timeout(ADMIN_TIMEOUT_S):
-                await admin.create_topics([run.topic], num_partitions=opts.partitions,
-                                          exist_ok=True)
+                if opts.cluster:
+                    await admin.create_topics([TopicSpec(run.topic, opts.partitions,
+                                                         CLUSTER_REPLICATION)], exist_ok=True)
+                else:
+                    await admin.create_topics([run.topic], num_partitions=opts.partitions,
+                                              exist_ok=True)
         except TimeoutError:
             raise ChaosFatal(f"the broker at {run.bootstrap} did not create the topic "
                              f"{run.topic!r} within {ADMIN_TIMEOUT_S:.0f} s") from None
-    run.console.print(f"chaos: seed {opts.seed}, {opts.consumers} consumers, "
-                      f"{opts.faults} consumer faults, {opts.broker_faults} broker kills, "
+    if run.cluster is not None and not await _healthy(run, ADMIN_TIMEOUT_S):
+        raise ChaosFatal(f"the topic {run.topic!r} had no leader and full ISR on every "
+                         f"partition within {ADMIN_TIMEOUT_S:.0f} s; see the brokers' logs in "
+                         f"{run.workdir}")
+    where = f"a cluster of {opts.cluster} brokers, " if opts.cluster else ""
+    kills = "broker and etcd faults" if opts.cluster else "broker kills"
+    run.console.print(f"chaos: seed {opts.seed}, {where}{opts.consumers} consumers, "
+                      f"{opts.faults} consumer faults, {opts.broker_faults} {kills}, "
                       f"{opts.records} records on {opts.partitions} partitions of "
                       f"{run.topic}, group {run.group}, session timeout "
                       f"{opts.session_timeout} ms")
     for _ in range(opts.consumers):
         await _add_member(run)
     window_s = opts.records / opts.rate
-    schedule = draw(opts.seed, opts.faults, opts.broker_faults, window_s)
+    schedule = draw(opts.seed, opts.faults, opts.broker_faults, window_s,
+                    cluster=bool(opts.cluster))
     rng = random.Random(opts.seed + 1)
     t0 = time.monotonic()
     # the producer's window, twice over, then the wait for the last records to be read
@@ -220,8 +279,17 @@ async def _scenario(run: Run) -> Verdict:
     # session timeout (a dead member is noticed) + the rebalance bound: one more session
     # timeout (members a restarted broker reloads get a fresh one) and 10 s to rejoin
     bound = (opts.session_timeout * 2 + 10_000) / 1000
-    verdict = judge(read_journals(run.workdir), run.acked, run.faulted, run.zombies,
+    events = read_journals(run.workdir)
+    verdict = judge(events, run.acked, run.faulted, run.zombies,
                     run.samples, opts.partitions, run.fault_times, end_t, bound)
+    if run.cluster is not None:
+        await run.cluster.stop_brokers(BROKER_STOP_S)  # their logs are still from here on
+        verdict.cluster = _cluster_findings(run, events)
+        # a cluster's partition leaders serve a group's fetches unchecked (only the
+        # coordinator knows the members, docs/design/cluster.md): not a violation there
+        served = [x for x in verdict.zombie_accepted if x.startswith("fetch ")]
+        verdict.zombie_accepted = [x for x in verdict.zombie_accepted if x not in served]
+        verdict.cluster.zombie_fetches_served = len(served)
     _print(run, verdict)
     if run.on_verdict is not None:
         run.on_verdict(summary(run, verdict))
@@ -236,6 +304,65 @@ async def _scenario(run: Run) -> Verdict:
                 run.console.print(f"[yellow]rebalance report skipped[/]: the job took longer "
                                   f"than {REBALANCE_REPORT_S:.0f} s")
     return verdict
+
+
+async def _start_cluster(run: Run) -> None:
+    cluster = LocalCluster(run.workdir, run.opts.cluster, BROKER_ARGS, run.spawn,
+                           start_s=BROKER_START_S)
+    run.cluster = cluster
+    try:
+        await cluster.start()
+    except ClusterStartError as exc:
+        raise ChaosFatal(str(exc)) from None
+    run.bootstrap = cluster.bootstrap
+
+
+async def _healthy(run: Run, timeout: float) -> bool:
+    """Wait (bounded) until every broker is registered and every partition of the run's
+    topic has a leader and its whole ISR."""
+    assert run.cluster is not None
+    deadline = time.monotonic() + timeout
+    while True:
+        roles = await run.cluster.roles(run.topic, run.group)
+        if roles.partitions and not roles.under_replicated and roles.controller >= 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)  # metadata has no watch for clients: poll it
+
+
+def _cluster_findings(run: Run, events: list[dict[str, object]]) -> ClusterFindings:
+    """Read every replica's log from the stopped brokers' data dirs and judge them."""
+    cluster = run.cluster
+    assert cluster is not None
+    dirs = {b.node_id: b.data for b in cluster.brokers}
+    found = ClusterFindings(brokers=len(dirs))
+    stored: dict[int, list[dict[int, bytes | None]]] = {}
+    offsets = {int(d.name.rsplit("-", 1)[1]) for data in dirs.values()
+               for d in (data / LOGS_DIR).glob("__consumer_offsets-*")}
+    checked = [(run.topic, p) for p in range(run.opts.partitions)]
+    checked += [("__consumer_offsets", p) for p in sorted(offsets)]
+    checked.append(("__group_events", 0))
+    for topic, p in checked:
+        replicas = replicas_of(dirs, topic, p)
+        found.epoch_conflicts += [f"{topic}-{p}: {x}" for x in epoch_conflicts(replicas)[:1]]
+        if topic == run.topic:
+            stored[p] = [values(batches) for batches in replicas.values()]
+        elif topic == "__group_events":
+            longest: list[StoredBatch] = max(replicas.values(), key=len, default=[])
+            rebalances = rebalance_times(longest, run.group)
+            found.rebalances = len(rebalances)
+            window = LEASE_TTL_MS / 1000 + 2 * run.opts.session_timeout / 1000 + 2
+            found.coordinator_rebalances = coordinator_rebalances(
+                rebalances, run.coordinator_fault_times, run.member_fault_times, window)
+    found.coordinator_faults = len(run.coordinator_fault_times)
+    found.offset_samples = len(run.samples)
+    found.acked_missing = acked_missing(run.acked_values, stored)
+    start, end = run.produce_span
+    found.produce_unavailable_s = produce_gaps(
+        ((t, p) for (p, _), t in run.acked_at.items()), run.opts.partitions, start, end)
+    found.consume_unavailable_s = consume_gap(events, run.acked_at)
+    return found
 
 
 def summary(run: Run, verdict: Verdict) -> dict[str, object]:
@@ -275,10 +402,7 @@ def _free_port() -> int:
 async def _start_child(run: Run, module: str, *args: str,
                        stdout: int, stderr: int) -> asyncio.subprocess.Process:
     """``python -m module args`` in its own process group, dying with this process."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "groupwire.cli.chaos.child", str(os.getpid()), module, *args,
-        stdout=stdout, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
-        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return await start_child(module, *args, stdout=stdout, stderr=stderr)
 
 
 async def _start_broker(run: Run) -> None:
@@ -286,9 +410,7 @@ async def _start_broker(run: Run) -> None:
     proc = await _start_child(
         run, "groupwire", "broker", "--host", "127.0.0.1",
         "--port", str(run.broker_port),
-        "--data-dir", str(data), "--metrics-port", "-1", "--fsync", "always",
-        "--group-initial-rebalance-delay-ms", "0", "--group-min-session-timeout-ms", "100",
-        "--connection-loss-grace-ms", "300", "--log-format", "json", "--log-level", "info",
+        "--data-dir", str(data), *BROKER_ARGS,
         stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL)
     run.broker = proc
     assert proc.stderr is not None
@@ -353,6 +475,10 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
     now = time.time()
     alive = [m for m in run.members if m.state == "alive"]
     kind = fault.kind
+    if run.cluster is not None and kind.startswith(("broker-", "etcd-")):
+        await _inject_cluster(run, run.cluster, fault, rng)
+        return
+    run.member_fault_times.append(now)
     if kind == "broker-kill":
         if run.broker is None:
             return
@@ -393,6 +519,81 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
         run.log.append(f"stopped {target.name}")
 
 
+async def _inject_cluster(run: Run, cluster: LocalCluster, fault: Fault,
+                          rng: random.Random) -> None:
+    """One broker or etcd fault; the next fault starts after this one has ended."""
+    healthy = await _healthy(run, HEALTHY_WAIT_S)  # one fault at a time, as far as it goes
+    note = "" if healthy else f" (not every replica in sync after {HEALTHY_WAIT_S:.0f} s)"
+    roles = await cluster.roles(run.topic, run.group)
+    now = time.time()
+    if fault.kind == "etcd-restart":
+        await cluster.kill(cluster.etcd)
+        run.fault_times.append(now)
+        run.coordinator_fault_times.append(now)  # every broker fences itself meanwhile
+        pause = rng.uniform(0.2, 1.0)
+        await asyncio.sleep(pause)  # etcd stays down this long
+        await _restart(cluster, cluster.etcd)
+        run.log.append(f"etcd killed, restarted after {pause:.1f} s "
+                       f"(up {time.time() - now:.1f} s after the kill){note}")
+        return
+    victim, role = _victim(cluster, roles, fault, run.opts.partitions)
+    run.fault_times.append(now)
+    if victim.node_id == roles.coordinator:
+        run.coordinator_fault_times.append(now)
+        if role != "coordinator":
+            role += ", the group's coordinator"
+    if fault.kind == "broker-kill":
+        await cluster.kill(victim)
+        pause = rng.uniform(0.5, 2.0)
+        await asyncio.sleep(pause)  # the broker stays dead this long
+        await _restart(cluster, victim)
+        run.log.append(f"killed broker {victim.node_id} ({role}), restarted after "
+                       f"{pause:.1f} s (up {time.time() - now:.1f} s after the kill){note}")
+    else:
+        cluster.freeze(victim)
+        pause = LEASE_TTL_MS / 1000 + rng.uniform(0.5, 2.0)
+        await asyncio.sleep(pause)  # frozen past its lease: it must fence itself
+        cluster.thaw(victim)
+        run.log.append(f"froze broker {victim.node_id} ({role}) for {pause:.1f} s{note}")
+
+
+def _victim(cluster: LocalCluster, roles: Roles, fault: Fault,
+            partitions: int) -> tuple[Node, str]:
+    """The broker holding ``fault.role`` now; a live one by ``fault.pick`` when the role's
+    holder is unknown."""
+    p = int(fault.pick * partitions)
+    desc = next((d for d in roles.partitions if d.partition == p), None)
+    node_id, role = -1, fault.role
+    if fault.role == "leader" and desc is not None:
+        node_id, role = desc.leader, f"leader of partition {p}"
+    elif fault.role == "follower" and desc is not None:
+        followers = [n for n in desc.isr if n != desc.leader] or \
+            [n for n in desc.replicas if n != desc.leader]
+        if followers:
+            node_id = followers[int(fault.pick * 7919) % len(followers)]
+            role = f"follower of partition {p}"
+    elif fault.role == "controller":
+        node_id = roles.controller
+    elif fault.role == "coordinator":
+        node_id = roles.coordinator
+    victim = cluster.broker(node_id)
+    if victim is None or not victim.running:
+        live = [b for b in cluster.brokers if b.running]
+        victim = live[int(fault.pick * len(live))]
+        role = f"any broker: the {fault.role} was unknown"
+    return victim, role
+
+
+async def _restart(cluster: LocalCluster, node: Node) -> None:
+    try:
+        if node is cluster.etcd:
+            await cluster.start_etcd()
+        else:
+            await cluster.start_broker(node)
+    except ClusterStartError as exc:
+        raise ChaosFatal(str(exc)) from None
+
+
 def _resume(member: Member) -> None:
     if member.proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
@@ -402,25 +603,41 @@ def _resume(member: Member) -> None:
 
 
 async def _produce(run: Run) -> None:
+    """Send at ``--rate``; every answer is noted as it comes, so a partition that stalls
+    holds up neither the others nor their acknowledgement times."""
     opts = run.opts
     sent = 0
     t0 = time.monotonic()
+    unanswered: set[asyncio.Future[Any]] = set()
+
+    def answered(value: bytes, fut: asyncio.Future[Any]) -> None:
+        unanswered.discard(fut)
+        if fut.cancelled() or fut.exception() is not None:
+            return  # not acknowledged: not counted, it may or may not be in the log
+        meta = fut.result()
+        key = (meta.partition, meta.offset)
+        run.acked.add(key)
+        run.acked_values[key] = value
+        run.acked_at[key] = time.time()
+
+    run.produce_span = (time.time(), time.time())
     async with Producer(run.bootstrap, client_id="chaos-producer", linger_ms=5,
                         request_timeout_ms=30000) as producer:
         while sent < opts.records:
-            chunk = range(sent, min(sent + 50, opts.records))
-            futures = [await producer.send(run.topic, f"r{i}".encode(), key=f"k{i}".encode())
-                       for i in chunk]
-            for fut in futures:
-                try:
-                    meta = await fut
-                except GroupwireError:
-                    continue  # not acknowledged: not counted, it may or may not be in the log
-                run.acked.add((meta.partition, meta.offset))
-            sent += len(chunk)
+            for i in range(sent, min(sent + 50, opts.records)):
+                value = f"r{i}".encode()
+                fut = await producer.send(run.topic, value, key=f"k{i}".encode())
+                unanswered.add(fut)
+                fut.add_done_callback(functools.partial(answered, value))
+                sent += 1
+            while len(unanswered) > MAX_UNACKED:
+                await asyncio.wait(list(unanswered), return_when=asyncio.FIRST_COMPLETED)
             ahead = sent / opts.rate - (time.monotonic() - t0)
             if ahead > 0:
                 await asyncio.sleep(ahead)  # pacing the producer
+        if unanswered:  # each is answered within the producer's request timeout
+            await asyncio.wait(list(unanswered))
+    run.produce_span = (run.produce_span[0], time.time())
 
 
 def _all_committed(run: Run, committed: dict[int, int]) -> bool:
@@ -437,6 +654,9 @@ async def _sample_offsets(run: Run) -> None:
     depends on being cancelled (a cancellation the SDK's close swallowed would otherwise
     start it again).
     """
+    if run.cluster is not None:
+        await _sample_from_coordinator(run)
+        return
     while time.monotonic() < run.deadline:
         try:
             async with Admin(run.bootstrap, client_id="chaos-monitor",
@@ -453,6 +673,38 @@ async def _sample_offsets(run: Run) -> None:
             await asyncio.sleep(0.2)  # the broker is being killed: sample again once it is back
 
 
+async def _sample_from_coordinator(run: Run) -> None:
+    """:func:`_sample_offsets` in a cluster: OffsetFetch goes to the group's coordinator,
+    found again whenever it moves (the admin client sends it to its bootstrap broker,
+    which answers NOT_COORDINATOR unless it is the coordinator)."""
+    assert run.cluster is not None
+    while time.monotonic() < run.deadline:
+        cluster = Cluster(run.cluster.live_bootstrap(), client_id="chaos-monitor",
+                          request_timeout_ms=2000)
+        try:
+            host, port = await cluster.find_coordinator(run.group)
+            async with await Connection.open(host, port, client_id="chaos-monitor",
+                                             connect_timeout=2.0) as conn:
+                while time.monotonic() < run.deadline:
+                    resp = await conn.send(OffsetFetchRequest(group_id=run.group), timeout=2.0,
+                                           response_type=OffsetFetchResponse)
+                    codes = {p.error_code for t in resp.topics for p in t.partitions}
+                    if resp.error_code != ErrorCode.NONE or codes - {ErrorCode.NONE}:
+                        break  # moved, or loading: find the coordinator again
+                    sample = {p.partition_index: p.committed_offset for t in resp.topics
+                              if t.name == run.topic for p in t.partitions
+                              if p.committed_offset >= 0}
+                    run.samples.append((time.time(), sample))
+                    if _all_committed(run, sample):
+                        return
+                    await asyncio.sleep(0.2)  # the sampling period
+        except (GroupwireError, ConnectionError, OSError, TimeoutError):
+            pass
+        finally:
+            await cluster.close()
+        await asyncio.sleep(0.2)  # the coordinator is moving: ask again shortly
+
+
 async def _wait_consumed(run: Run, progress: Progress, task: object) -> None:
     while time.monotonic() < run.deadline:
         seen = {(int(p), int(o)) for e in read_journals(run.workdir)
@@ -466,6 +718,7 @@ async def _wait_consumed(run: Run, progress: Progress, task: object) -> None:
 
 async def _stop_members(run: Run) -> None:
     """SIGTERM every member (they leave the group), SIGKILL what has not ended in time."""
+    run.member_fault_times.append(time.time())  # their leaving starts a rebalance
     for m in run.members:
         if m.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -504,10 +757,34 @@ async def _teardown(run: Run) -> None:
     _kill_groups(m.proc for m in run.members)
     await _settle(list(run.tasks))
     await _reap([m.proc for m in run.members], TASK_EXIT_S)
+    if run.cluster is not None:
+        await run.cluster.stop_brokers(10.0)
+        _kill_groups(run.cluster.processes())
     if run.broker is not None and run.broker.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             run.broker.send_signal(signal.SIGTERM)
         await _reap([run.broker], 10.0)
+
+
+def _cluster_rows(v: Verdict) -> list[tuple[str, object]]:
+    c = v.cluster
+    if c is None:
+        return []
+    slowest = max(c.produce_unavailable_s.items(), key=lambda x: x[1], default=(None, 0.0))
+    return [
+        ("cluster: acknowledged records lost", c.acked_lost(v)),
+        ("cluster: committed offsets regressed",
+         f"{len(v.offsets_backwards)} ({c.offset_samples} samples)"),
+        ("cluster: partitions with two leaders in one epoch", len(c.epoch_conflicts)),
+        ("cluster: rebalances caused by a coordinator move",
+         f"{len(c.coordinator_rebalances)} (of {c.rebalances} rebalances; "
+         f"{c.coordinator_faults} coordinator faults)"),
+        ("cluster: longest acks=all produce outage",
+         f"{slowest[1]:.2f} s (partition {slowest[0]})"),
+        ("cluster: longest time the group consumed nothing", f"{c.consume_unavailable_s:.2f} s"),
+        ("cluster: zombie fetches a non-coordinator leader served (not fenced in a cluster)",
+         c.zombie_fetches_served),
+    ]
 
 
 def _print(run: Run, v: Verdict) -> None:
@@ -528,6 +805,7 @@ def _print(run: Run, v: Verdict) -> None:
          f"{v.slowest_recovery_s:.2f} s (bound {v.recovery_bound_s:.1f} s)"),
         ("longest time a partition had no owner",
          f"{longest[1]:.2f} s (partition {longest[0]})"),
+        *_cluster_rows(v),
     ], out=run.console)
     for violation in v.violations:
         run.console.print(f"[red]violation[/]: {violation}")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -25,6 +28,8 @@ class Verdict:
     slowest_recovery_s: float = 0.0
     recovery_bound_s: float = 0.0
     longest_unowned_s: dict[int, float] = field(default_factory=dict)
+    cluster: ClusterFindings | None = None
+    """What only a run against its own cluster checks (``--cluster``)."""
 
     @property
     def violations(self) -> list[str]:
@@ -41,6 +46,8 @@ class Verdict:
         if self.slowest_recovery_s > self.recovery_bound_s:
             out.append(f"group took {self.slowest_recovery_s:.1f} s to own every partition "
                        f"again (bound {self.recovery_bound_s:.1f} s)")
+        if self.cluster is not None:
+            out += self.cluster.violations
         return out
 
     def as_dict(self) -> dict[str, object]:
@@ -58,8 +65,165 @@ class Verdict:
             "recovery_bound_s": self.recovery_bound_s,
             "longest_unowned_s": {str(p): round(s, 3)
                                   for p, s in sorted(self.longest_unowned_s.items())},
+            **({} if self.cluster is None else {"cluster": self.cluster.as_dict(self)}),
             "violations": self.violations,
         }
+
+
+@dataclass
+class ClusterFindings:
+    """A cluster run's own figures: the logs on disk, the group's rebalances, and how
+    long producing and consuming stalled."""
+
+    brokers: int = 0
+    acked_missing: list[tuple[int, int]] = field(default_factory=list)
+    """Acknowledged records that no replica holds at their offset, with their value."""
+    epoch_conflicts: list[str] = field(default_factory=list)
+    """One line per partition where two replicas hold different batches of one epoch."""
+    rebalances: int = 0
+    coordinator_rebalances: list[tuple[float, str]] = field(default_factory=list)
+    coordinator_faults: int = 0
+    produce_unavailable_s: dict[int, float] = field(default_factory=dict)
+    consume_unavailable_s: float = 0.0
+    zombie_fetches_served: int = 0
+    offset_samples: int = 0
+    """Committed-offset samples taken: the regression check is only as good as these."""
+    """A woken zombie's fetches a partition leader other than the coordinator served:
+    cluster mode does not fence those (docs/design/cluster.md, "The client")."""
+
+    @property
+    def violations(self) -> list[str]:
+        out = []
+        if self.acked_missing:
+            out.append(f"{len(self.acked_missing)} acknowledged records are at their offset "
+                       f"in no replica's log (first: {self.acked_missing[:5]})")
+        out += [f"two leaders wrote in one epoch: {x}" for x in self.epoch_conflicts]
+        return out
+
+    def acked_lost(self, verdict: Verdict) -> int:
+        """Acknowledged records never consumed, or gone from every replica."""
+        return len(set(verdict.lost) | set(self.acked_missing))
+
+    def as_dict(self, verdict: Verdict) -> dict[str, object]:
+        return {
+            "brokers": self.brokers,
+            "acked_lost": self.acked_lost(verdict),
+            "acked_missing_from_logs": len(self.acked_missing),
+            "offsets_regressed": len(verdict.offsets_backwards),
+            "offset_samples": self.offset_samples,
+            "epoch_conflicts": len(self.epoch_conflicts),
+            "epoch_conflict_details": self.epoch_conflicts,
+            "rebalances": self.rebalances,
+            "coordinator_faults": self.coordinator_faults,
+            "coordinator_rebalances": len(self.coordinator_rebalances),
+            "coordinator_rebalance_reasons": [r for _, r in self.coordinator_rebalances],
+            "produce_unavailable_s": {str(p): round(s, 3)
+                                      for p, s in sorted(self.produce_unavailable_s.items())},
+            "group_unavailable_s": round(self.consume_unavailable_s, 3),
+            "zombie_fetches_served": self.zombie_fetches_served,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """One batch of a replica's log as stored: its offsets, leader epoch and bytes."""
+
+    base: int
+    last: int
+    epoch: int
+    data: bytes
+
+
+def epoch_conflicts(replicas: dict[int, list[StoredBatch]]) -> list[str]:
+    """Where two replicas of one partition disagree within one leader epoch.
+
+    A leader's batches reach its followers byte for byte, so two replicas may differ
+    only where one holds a later epoch's batches (the other is behind or has not yet
+    truncated a dead leader's tail). Same epoch, overlapping offsets, different bytes or
+    boundaries: two brokers led the partition, and accepted writes, in that epoch.
+    Only offsets both replicas hold are compared (``replicas``: node -> batches in
+    offset order).
+    """
+    out: list[str] = []
+    nodes = sorted(replicas)
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            theirs = replicas[b]
+            starts = [y.base for y in theirs]
+            for x in replicas[a]:
+                first = max(0, bisect_right(starts, x.base) - 1)
+                overlapping = [y for y in theirs[first:bisect_right(starts, x.last)]
+                               if y.last >= x.base and y.base <= x.last]
+                clash = next((y for y in overlapping if y.epoch == x.epoch
+                              and (y.base, y.data) != (x.base, x.data)), None)
+                if clash is not None:
+                    out.append(f"epoch {x.epoch} at offset {max(x.base, clash.base)}: "
+                               f"brokers {a} and {b} hold different batches")
+                    break
+    return out
+
+
+def acked_missing(acked: dict[tuple[int, int], bytes],
+                  stored: dict[int, list[dict[int, bytes | None]]]) -> list[tuple[int, int]]:
+    """Acknowledged (partition, offset) -> value pairs that no replica holds.
+
+    ``stored``: partition -> each replica's offset -> value. A consumer that read the
+    offset read *a* record there; this says whether it was the acknowledged one."""
+    missing = []
+    for (p, o), value in acked.items():
+        if not any(o in replica and replica[o] == value
+                   for replica in stored.get(p, [])):
+            missing.append((p, o))
+    return sorted(missing)
+
+
+def produce_gaps(acks: Iterable[tuple[float, int]], partitions: int, start: float,
+                 end: float) -> dict[int, float]:
+    """Per partition, the longest time between two acknowledgements (or the start or end
+    of production): how long ``acks=all`` produce did not succeed there."""
+    times: dict[int, list[float]] = {p: [start] for p in range(partitions)}
+    for t, p in acks:
+        times.setdefault(p, [start]).append(t)
+    out = {}
+    for p, ts in times.items():
+        ts = sorted([*ts, max(end, ts[-1])])
+        out[p] = max(b - a for a, b in pairwise(ts))
+    return out
+
+
+def consume_gap(events: list[dict[str, object]], acked_at: dict[tuple[int, int], float],
+                ) -> float:
+    """The longest time an acknowledged record waited while no member read anything.
+
+    Measured at each read that brings records no one had read before: from the later of
+    the previous read and the earliest acknowledgement among those records. Time when
+    nothing was there to read does not count."""
+    seen: set[tuple[int, int]] = set()
+    previous: float | None = None
+    longest = 0.0
+    for e in events:
+        if e["event"] != "records":
+            continue
+        t = _time(e)
+        new = [k for k in ((int(p), int(o)) for p, o in e["records"])  # type: ignore[attr-defined]
+               if k not in seen]
+        seen.update(new)
+        if previous is not None and new:
+            ready = min(acked_at.get(k, t) for k in new)
+            longest = max(longest, t - max(previous, ready))
+        previous = t
+    return longest
+
+
+def coordinator_rebalances(rebalances: list[tuple[float, str]], coordinator_faults: list[float],
+                           member_faults: list[float], window_s: float,
+                           ) -> list[tuple[float, str]]:
+    """Rebalances that started within ``window_s`` after a fault of the group's
+    coordinator with no consumer fault in the ``window_s`` before them: the move of the
+    coordinator is the only thing that can have started them."""
+    return [(t, reason) for t, reason in rebalances
+            if any(f <= t <= f + window_s for f in coordinator_faults)
+            and not any(t - window_s <= m <= t for m in member_faults)]
 
 
 def read_journals(directory: Path) -> list[dict[str, object]]:

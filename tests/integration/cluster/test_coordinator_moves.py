@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from groupwire.broker.storage.metadata import OFFSETS_TOPIC
+from groupwire.client.admin import Admin
 from groupwire.client.consumer import Consumer
 from groupwire.client.producer import Producer
+from groupwire.client.types import TopicPartition
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
@@ -120,6 +122,14 @@ async def test_a_deleted_topics_offsets_go_on_a_coordinator_without_a_replica(
         assert committed.topics[0].partitions[0].error_code == ErrorCode.NONE
         store = c.brokers[coordinator].store
         assert store is not None and store.partition_count("t") is None  # no replica here
+        # The admin, bootstrapped elsewhere, finds the group where it is coordinated.
+        elsewhere = next(n for n in c.brokers if n != coordinator)
+        async with Admin(f"127.0.0.1:{c.brokers[elsewhere].port}") as admin:
+            offsets = await admin.list_consumer_group_offsets(group)
+            assert {tp: o.offset for tp, o in offsets.items()} == {TopicPartition("t", 0): 7}
+            assert group in [g.group_id for g in await admin.list_groups()]
+            [described] = await admin.describe_groups(group)
+            assert described.group_id == group and described.state == "Empty"
         deleted = await c.send(controller_of(c), DeleteTopicsRequest(topic_names=["t"]),
                                DeleteTopicsResponse)
         assert deleted.responses[0].error_code == ErrorCode.NONE

@@ -256,8 +256,12 @@ def test_the_high_watermark_bounds_consumer_reads_not_replica_reads(open_log: An
     assert log.read(0, 1 << 20, True) == b""
     log.set_high_watermark(2)
     assert [h.base_offset for h, _, _ in iter_batch_spans(log.read(0, 1 << 20, True))] == [0, 1]
+    # Between the high watermark and the log end a consumer reads nothing, as in Kafka:
+    # a new leader's high watermark may trail what its consumers already read.
+    assert log.read(2, 1 << 20, True) == b""
+    assert log.read(3, 1 << 20, True) == b""
     with pytest.raises(OffsetNotInLogError):
-        log.read(3, 1 << 20, True)
+        log.read(4, 1 << 20, True)
     assert len(list(iter_batch_spans(log.read(0, 1 << 20, True, to_log_end=True)))) == 3
     log.set_high_watermark(99)
     assert log.high_watermark == 3               # never past the log end

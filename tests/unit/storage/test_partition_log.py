@@ -118,8 +118,9 @@ def test_always_serves_data_only_after_the_ticket_completes(h: H, open_log: Any)
     h.append(log, [b"a", b"b"])
     assert (log.log_end_offset, log.high_watermark) == (2, 0)
     assert log.read(0, 100, True) == b""
+    assert log.read(1, 100, True) == b""  # not committed yet: nothing, not out of range
     with pytest.raises(OffsetNotInLogError):
-        log.read(1, 100, True)
+        log.read(3, 100, True)
     ticket = log.take_dirty()
     h.append(log, [b"c"])  # written after the ticket was taken: not covered by it
     ticket.sync()
