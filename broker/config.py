@@ -114,6 +114,7 @@ class BrokerSettings:
             retention_bytes=self.log_retention_bytes,
             max_partitions=self.max_partitions,
             offline_retry_ms=self.log_offline_retry_ms,
+            replica_files=self.clustered,
         )
 
 

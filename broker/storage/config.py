@@ -37,6 +37,10 @@ class StorageConfig:
     offline_retry_ms: int = 5000
     """A log offline after a failed fsync tries to come back on the next append once
     this long has passed since the failure (or since its last attempt)."""
+    replica_files: bool = True
+    """Read a partition's ``leader-epoch-checkpoint`` and ``high-watermark`` at open. A
+    single broker does not: a data dir that served a cluster then serves its whole log,
+    its high watermark at the log end."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fsync, FsyncPolicy):

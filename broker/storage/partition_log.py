@@ -38,6 +38,8 @@ from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.recovery import RecoveryReport, open_segments
 from groupwire.broker.storage.replica_files import (
+    EPOCH_CHECKPOINT_FILE,
+    HIGH_WATERMARK_FILE,
     load_epoch_cache,
     load_high_watermark,
     save_epoch_cache,
@@ -118,7 +120,12 @@ class PartitionLog:
         self._hw_saved: int | None = None
         """The high watermark the ``high-watermark`` file holds (None: no file)."""
         try:
-            self._load_replica_files()
+            if config.replica_files:
+                self._load_replica_files()
+            elif self._has_replica_files():
+                log.warning("replica_files_ignored", topic=topic, partition=partition,
+                            why="this data dir served a cluster; a single broker serves "
+                                "its whole log")
         except BaseException:
             for seg in segments:
                 seg.close()
@@ -414,6 +421,10 @@ class PartitionLog:
             self._fail(exc, self._durable)
             raise StorageError(f"cannot write the leader-epoch checkpoint of "
                                f"{self.topic}-{self.partition}: {exc}") from exc
+
+    def _has_replica_files(self) -> bool:
+        return any((self.directory / name).exists()
+                   for name in (EPOCH_CHECKPOINT_FILE, HIGH_WATERMARK_FILE))
 
     def _load_replica_files(self) -> None:
         """Open as a replica if an earlier run was one: the cache without the epochs

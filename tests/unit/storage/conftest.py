@@ -110,8 +110,9 @@ def open_log(tmp_path: Path) -> LogFactory:
 
     def factory(policy: FsyncPolicy = FsyncPolicy.NEVER, segment_bytes: int = 256,
                 ops: FileOps | None = None, trust_index: bool = False,
-                directory: Path | None = None) -> PartitionLog:
-        config = StorageConfig(fsync=policy, segment_bytes=segment_bytes)
+                directory: Path | None = None, replica_files: bool = True) -> PartitionLog:
+        config = StorageConfig(fsync=policy, segment_bytes=segment_bytes,
+                               replica_files=replica_files)
         return PartitionLog(directory or tmp_path / "t-0", config, topic="t", partition=0,
                             file_ops=ops, trust_index=trust_index)
 

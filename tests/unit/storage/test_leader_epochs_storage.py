@@ -291,3 +291,16 @@ def test_a_replica_without_a_saved_high_watermark_starts_from_the_log_start(
     log.append_replica(batch([b"a"]) + stamp_batch(batch([b"b"]), 1, 0))
     log.close(sync=False)
     assert open_log().high_watermark == 0
+
+
+def test_a_single_broker_serves_a_former_replicas_whole_log(open_log: Any) -> None:
+    log = open_log(segment_bytes=1 << 20)
+    log.become_leader(3)
+    for v in (b"a", b"b"):
+        put(log, [v])
+    log.set_high_watermark(1)
+    log.close()
+    alone = open_log(segment_bytes=1 << 20, replica_files=False)
+    assert not alone.replicated
+    assert (alone.high_watermark, alone.log_end_offset) == (2, 2)
+    assert len(list(iter_batch_spans(alone.read(0, 1 << 20, True)))) == 2
