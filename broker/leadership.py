@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from groupwire.broker.cluster.epochs import SINGLE_BROKER_LEADER_EPOCH
 from groupwire.protocol.errors import ErrorCode
 
 NO_LEADER_EPOCH: Final = -1
 """A client that does not know the leader epoch sends -1: it is not checked (KIP-320)."""
-SINGLE_BROKER_LEADER_EPOCH: Final = 0
 SINGLE_BROKER_NODE_ID: Final = 0
 
 
@@ -69,8 +69,7 @@ def epoch_refusal(topic: str, partition: int, current: int, leader: int) -> Refu
 class SingleBroker:
     """Node 0, the leader of every partition it stores, in epoch 0."""
 
-    def __init__(self, partitions: Callable[[str], int | None] = lambda _topic: None,
-                 ) -> None:
+    def __init__(self, partitions: Callable[[str], int | None]) -> None:
         """``partitions``: a topic's partition count here (None: unknown topic)."""
         self._partitions = partitions
 

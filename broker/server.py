@@ -591,10 +591,7 @@ class Broker:
                     conn.reply(cid, _storage_failed_produce(response, err))
                 elif self.cluster is not None and request.acks == -1:
                     # Answered once the ISR has it; later requests go on meanwhile.
-                    task = asyncio.get_running_loop().create_task(
-                        self._replicated(conn, cid, request, response))
-                    self._deferred.add(task)
-                    task.add_done_callback(self._deferred.discard)
+                    self._spawn(self._replicated(conn, cid, request, response))
                 else:
                     conn.reply(cid, response)
             self._sliced(conn, cid, request, topics.produce_steps(request), produced)
@@ -878,9 +875,7 @@ class Broker:
             finally:
                 release()
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._deferred.add(task)
-        task.add_done_callback(self._deferred.discard)
+        self._spawn(run())
 
     # --- executing coordinator results --------------------------------------------------
 
@@ -924,6 +919,7 @@ class Broker:
             self._send_replies(result.replies, None)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """A task answering a request later: awaited at close (``_deferred``)."""
         task = asyncio.get_running_loop().create_task(work)
         self._deferred.add(task)
         task.add_done_callback(self._deferred.discard)

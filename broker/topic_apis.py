@@ -22,8 +22,6 @@ from collections.abc import Callable
 from groupwire.broker.cluster.epochs import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
-    EpochEntry,
-    LeaderEpochCache,
 )
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.leadership import (
@@ -518,11 +516,7 @@ class TopicApis:
         if epoch < 0:  # no epoch: Kafka's UNDEFINED answer
             return EpochEndOffset(partition=partition, leader_epoch=UNDEFINED_EPOCH,
                                   end_offset=UNDEFINED_EPOCH_OFFSET)
-        plog = self._store.log(topic, partition)
-        # One epoch, 0, since the log's start: what a cluster's cache would hold here.
-        cache = LeaderEpochCache([EpochEntry(SINGLE_BROKER_LEADER_EPOCH,
-                                             plog.log_start_offset)])
-        answer_epoch, end = cache.end_offset_for(epoch, plog.log_end_offset)
+        answer_epoch, end = self._store.log(topic, partition).end_offset_for_epoch(epoch)
         return EpochEndOffset(partition=partition, leader_epoch=answer_epoch, end_offset=end)
 
     def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:

@@ -14,6 +14,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Final
 
+SINGLE_BROKER_LEADER_EPOCH: Final = 0
+"""A single broker's only leader epoch: its logs keep no cache, it leads in epoch 0
+since their start, and stamps 0 into v1 batches (docs/protocol.md §4)."""
 UNDEFINED_EPOCH: Final = -1
 UNDEFINED_EPOCH_OFFSET: Final = -1
 CHECKPOINT_VERSION: Final = 0

@@ -9,10 +9,12 @@ its own replicas. Produce, Fetch and the offset APIs stay in ``broker.topic_apis
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import uuid
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 from groupwire.broker.cluster.controller import propose_topic_txn
 from groupwire.broker.cluster.image import ClusterImage
@@ -58,6 +60,12 @@ from groupwire.protocol.messages import (
 from groupwire.protocol.steps import Steps, run_steps
 
 log = get_logger("groupwire.cluster")
+
+T = TypeVar("T")
+
+CONTROLLER_WAIT_S: Final = 30.0
+"""Longest a CreateTopics, CreatePartitions or DeleteTopics waits for etcd to take the
+change and for the watch to bring it back (REQUEST_TIMED_OUT after it)."""
 
 METADATA_STEP: Final = 1000
 """Partitions described in one step of a Metadata answer (~1 ms)."""
@@ -207,7 +215,7 @@ class ClusterApis:
                      f"replication factor must be at least 1, got {rf}")
                 continue
             try:
-                await controller.create_topic(name, partitions, rf)
+                await _bounded(controller.create_topic(name, partitions, rf))
             except InvalidReplicationFactor as exc:
                 fail(ErrorCode.INVALID_REPLICATION_FACTOR, str(exc))
                 continue
@@ -242,7 +250,7 @@ class ClusterApis:
                                  f"count must be at most {MAX_ARRAY_ITEMS}, got {topic.count}")
             else:
                 try:
-                    await controller.create_partitions(topic.name, topic.count)
+                    await _bounded(controller.create_partitions(topic.name, topic.count))
                 except UnknownTopicError as exc:
                     code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
                 except InvalidPartitionsError as exc:
@@ -274,7 +282,7 @@ class ClusterApis:
                                  f"{name} is internal: it cannot be deleted")
             else:
                 try:
-                    await controller.delete_topic(name)
+                    await _bounded(controller.delete_topic(name))
                     log.info("topic_deleted", topic=name)
                 except UnknownTopicError as exc:
                     code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
@@ -373,3 +381,14 @@ def _election_message(image: ClusterImage, tp: tuple[str, int], code: ErrorCode,
         return f"{topic}-{p}: its preferred replica {preferred} is not live"
     return (f"{topic}-{p}: its preferred replica {preferred} is not in the ISR "
             f"{list(state.isr)}")
+
+
+async def _bounded(work: Awaitable[T]) -> T:
+    """``work`` within ``CONTROLLER_WAIT_S``; past it an EtcdError (REQUEST_TIMED_OUT):
+    the change may or may not have been made, as Kafka's timed-out admin calls say."""
+    try:
+        async with asyncio.timeout(CONTROLLER_WAIT_S):
+            return await work
+    except TimeoutError:
+        raise EtcdError(f"not done within {CONTROLLER_WAIT_S:.0f} s; the change may or "
+                        f"may not have been made") from None

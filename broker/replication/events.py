@@ -12,9 +12,8 @@ from collections import deque
 from collections.abc import Callable
 
 from groupwire.broker.cluster.image import ClusterImage
-from groupwire.broker.cluster.keys import BrokerInfo
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.peer import PeerConnection, PeerError
+from groupwire.broker.replication.peer import PeerError, PeerLink
 from groupwire.broker.storage.metadata import EVENTS_TOPIC
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -51,8 +50,7 @@ class EventForwarder:
         self.dropped = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._conn: PeerConnection | None = None
-        self._conn_to: BrokerInfo | None = None
+        self._link = PeerLink(f"groupwire-broker-{node_id}", REQUEST_TIMEOUT_S)
 
     def submit(self, events: list[Event]) -> None:
         if self._leads() and not self._queue and self._append_here(events):
@@ -75,8 +73,7 @@ class EventForwarder:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        if self._conn is not None:
-            await self._conn.close()
+        await self._link.close()
 
     async def _run(self) -> None:
         while True:
@@ -101,7 +98,7 @@ class EventForwarder:
         if leader is None:
             return False
         try:
-            conn = await self._connection(leader)
+            conn = await self._link.to(leader)
             batch = encode_batch([BatchRecord(value=v, key=k, timestamp_ms=ts)
                                   for k, v, ts in chunk])
             answer = await conn.request(ProduceRequest(
@@ -111,7 +108,6 @@ class EventForwarder:
                 ProduceResponse, timeout_s=REQUEST_TIMEOUT_S)
         except PeerError as exc:
             log.info("group_events_not_forwarded", leader=leader.node_id, error=str(exc))
-            self._conn = None
             return False
         code = answer.responses[0].partition_responses[0].error_code if answer.responses \
             else answer.error_code
@@ -123,13 +119,3 @@ class EventForwarder:
     def _drop_head(self, n: int) -> None:
         for _ in range(min(n, len(self._queue))):
             self._queue.popleft()
-
-    async def _connection(self, leader: BrokerInfo) -> PeerConnection:
-        if self._conn is None or self._conn.closed or self._conn_to != leader:
-            if self._conn is not None:
-                await self._conn.close()
-            self._conn = await PeerConnection.open(
-                leader.host, leader.port, client_id=f"groupwire-broker-{self.node_id}",
-                timeout_s=REQUEST_TIMEOUT_S)
-            self._conn_to = leader
-        return self._conn

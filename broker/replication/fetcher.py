@@ -12,7 +12,7 @@ from groupwire.broker.cluster.epochs import divergence
 from groupwire.broker.cluster.image import TopicPartition
 from groupwire.broker.cluster.keys import BrokerInfo
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.peer import PeerConnection, PeerError
+from groupwire.broker.replication.peer import PeerConnection, PeerError, PeerLink
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.protocol.errors import ErrorCode
@@ -54,7 +54,7 @@ class ReplicaFetcher:
         self._timeout_s = request_timeout_s
         self._on_appended = on_appended
         self.partitions: dict[TopicPartition, _Followed] = {}
-        self._conn: PeerConnection | None = None
+        self._link = PeerLink(f"replica-{node_id}", request_timeout_s)
         self._task: asyncio.Task[None] | None = None
         self._work = asyncio.Event()
 
@@ -78,8 +78,7 @@ class ReplicaFetcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        if self._conn is not None:
-            await self._conn.close()
+        await self._link.close()
 
     async def _run(self) -> None:
         while True:
@@ -88,20 +87,12 @@ class ReplicaFetcher:
                 await self._work.wait()
                 continue
             try:
-                conn = await self._connection()
+                conn = await self._link.to(self.leader)
                 await self._truncate(conn)
                 await self._fetch(conn)
             except PeerError as exc:
                 log.info("replica_fetch_failed", leader=self.leader.node_id, error=str(exc))
-                self._conn = None
                 await asyncio.sleep(BACKOFF_S)
-
-    async def _connection(self) -> PeerConnection:
-        if self._conn is None or self._conn.closed:
-            self._conn = await PeerConnection.open(
-                self.leader.host, self.leader.port, client_id=f"replica-{self.node_id}",
-                timeout_s=self._timeout_s)
-        return self._conn
 
     # --- truncation ---------------------------------------------------------------------
 

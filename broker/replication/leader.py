@@ -80,9 +80,9 @@ class LeaderStates:
         plog = self.store.log(*tp)
         leo = plog.log_end_offset
         self.stop(tp)
-        isr = set(state.isr) | {self.node_id}
         self.states[tp] = LeaderReplicaState(
-            leader=self.node_id, replicas=replicas, isr=isr & set(replicas) | {self.node_id},
+            leader=self.node_id, replicas=replicas,
+            isr=(set(state.isr) & set(replicas)) | {self.node_id},
             leader_epoch=state.leader_epoch, log_end_offset=leo,
             high_watermark=min(plog.high_watermark, leo),
             replica_lag_time_max_ms=self.lag_ms, now_ms=self._clock(),

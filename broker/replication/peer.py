@@ -9,6 +9,7 @@ import contextlib
 import itertools
 from typing import TypeVar
 
+from groupwire.broker.cluster.keys import BrokerInfo
 from groupwire.protocol.envelope import decode_response, encode_request
 from groupwire.protocol.errors import ProtocolError
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, frame
@@ -74,3 +75,28 @@ class PeerConnection:
         self._writer.close()
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
+
+
+class PeerLink:
+    """One connection to whichever broker is wanted now: kept while that broker is the
+    same registration and the connection is open, opened again otherwise."""
+
+    def __init__(self, client_id: str, timeout_s: float) -> None:
+        self._client_id = client_id
+        self._timeout_s = timeout_s
+        self._conn: PeerConnection | None = None
+        self._to: BrokerInfo | None = None
+
+    async def to(self, broker: BrokerInfo) -> PeerConnection:
+        if self._conn is None or self._conn.closed or self._to != broker:
+            await self.close()
+            self._conn = await PeerConnection.open(
+                broker.host, broker.port, client_id=self._client_id,
+                timeout_s=self._timeout_s)
+            self._to = broker
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()

@@ -29,7 +29,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from groupwire.broker.cluster.epochs import LeaderEpochCache
+from groupwire.broker.cluster.epochs import (
+    SINGLE_BROKER_LEADER_EPOCH,
+    EpochEntry,
+    LeaderEpochCache,
+)
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import CorruptLogError, OffsetNotInLogError, StorageError
@@ -63,8 +67,6 @@ from groupwire.protocol.batches import (
 from groupwire.protocol.steps import Steps, run_steps
 
 SCAN_CHUNK_BYTES: Final = 1024 * 1024
-SINGLE_BROKER_LEADER_EPOCH: Final = 0
-"""The epoch a log that is not replicated stamps into v1 batches (docs/protocol.md §4)."""
 WRITE_PIECE = 1024 * 1024
 """Bytes of a batch written in one step of :meth:`PartitionLog.append_steps` (~2-3 ms)."""
 
@@ -381,8 +383,11 @@ class PartitionLog:
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch's answer for ``epoch``: ``(epoch, end offset)`` of the
-        largest epoch at or below it, or ``(-1, -1)`` (``LeaderEpochCache.end_offset_for``)."""
-        return self._epoch_cache.end_offset_for(epoch, self._leo)
+        largest epoch at or below it, or ``(-1, -1)`` (``LeaderEpochCache.end_offset_for``).
+        A single broker's log keeps no cache: it has had one epoch, 0, since its start."""
+        cache = self._epoch_cache if self._replicated else LeaderEpochCache(
+            [EpochEntry(SINGLE_BROKER_LEADER_EPOCH, self.log_start_offset)])
+        return cache.end_offset_for(epoch, self._leo)
 
     def set_high_watermark(self, offset: int) -> None:
         """The high watermark from outside (replicated mode): kept within

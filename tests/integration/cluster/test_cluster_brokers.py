@@ -4,11 +4,13 @@ followers that refuse, and a new leader once a broker is gone."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from groupwire.broker.replication import cluster_apis
 from groupwire.broker.storage.metadata import OFFSETS_TOPIC
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -230,3 +232,19 @@ async def test_a_leaving_leaders_partitions_get_new_leaders(cluster: LocalCluste
     assert part.offline_replicas == [victim] and part.leader_id == after.leader
     ok = await cluster.send(after.leader, _produce("t", 0, b"after"), ProduceResponse)
     assert ok.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+
+async def test_a_topic_change_the_watch_never_brings_back_times_out(
+        cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = controller_of(cluster)
+    node = cluster.brokers[controller].cluster
+    assert node is not None and node.controller is not None
+    never = asyncio.Event()
+
+    async def watch_stalled(_predicate: object) -> None:
+        await never.wait()
+    monkeypatch.setattr(cluster_apis, "CONTROLLER_WAIT_S", 0.05)
+    monkeypatch.setattr(node.controller.watcher, "until", watch_stalled)
+    answer = await _create(cluster, controller, "stuck")
+    assert answer.topics[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert "may or may not" in (answer.topics[0].error_message or "")

@@ -19,6 +19,10 @@ from groupwire.protocol.messages import (
     FetchRequest,
     FetchResponse,
     FetchTopic,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
     PartitionProduceData,
     ProduceRequest,
     ProduceResponse,
@@ -116,6 +120,17 @@ async def test_a_new_leader_has_every_acknowledged_record(cluster: LocalCluster)
     assert await _read_all(cluster, new_leader) == acked
     code, base = await _produce(cluster, new_leader, b"after")
     assert (code, base) == (ErrorCode.NONE, 10)
+    # OffsetsForLeaderEpoch answers from the new leader's epoch cache: the old epoch
+    # ends where the new one began (a follower truncates there), the new one at the end.
+    ends = await cluster.send(new_leader, OffsetsForLeaderEpochRequest(
+        replica_id=leader, topics=[OffsetForLeaderTopic(topic="t", partitions=[
+            OffsetForLeaderPartition(partition=0, leader_epoch=e)
+            for e in (before.leader_epoch, before.leader_epoch + 1)])]),
+        OffsetsForLeaderEpochResponse)
+    assert [(p.error_code, p.leader_epoch, p.end_offset)
+            for p in ends.topics[0].partitions] == [
+        (ErrorCode.NONE, before.leader_epoch, 10),
+        (ErrorCode.NONE, before.leader_epoch + 1, 11)]
     # The old epoch's leader is fenced: its epoch is over.
     store = cluster.brokers[new_leader].store
     assert store is not None
