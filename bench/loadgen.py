@@ -10,6 +10,10 @@ only the server differs.
 
 Protocol on stdout: ``measure-start`` and ``measure-end`` around the measured window (the
 parent samples the server's CPU between them), then one JSON line of results.
+
+``--security-protocol`` SSL or SASL_SSL wraps the connections in TLS, SASL_* authenticates
+each one first (the SDK's own exchange, password from ``$LOADGEN_SASL_PASSWORD``); the
+load itself is the same frames through the same protocol object (bench/security.py).
 """
 
 from __future__ import annotations
@@ -18,17 +22,26 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import struct
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import msgpack
 
-from groupwire.protocol.codec import encode_request
-from groupwire.protocol.framing import frame
-from groupwire.protocol.messages import HeartbeatRequest
+from groupwire.protocol.codec import (
+    decode_response_body,
+    decode_response_envelope,
+    encode_request,
+)
+from groupwire.protocol.framing import FrameDecoder, frame
+from groupwire.protocol.messages import HeartbeatRequest, Request, Response
+
+R = TypeVar("R", bound=Response)
+SASL_PASSWORD_ENV = "LOADGEN_SASL_PASSWORD"
+AUTH_TIMEOUT_S = 30.0
 
 OK_SUFFIX = b"\x81\xaaerror_code\x00"
 OK_LEN = len(OK_SUFFIX)
@@ -136,7 +149,6 @@ def by_port(members: Sequence[Sequence[Any]], default_port: int,
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     members = json.loads(open(args.members).read())  # noqa: SIM115 (read once, small)
     stats = Stats()
-    loop = asyncio.get_running_loop()
     closed_loop = args.rate <= 0
     conns: list[LoadConnection] = []
     for port, ms_port in by_port(members, args.port).items():
@@ -145,10 +157,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         per_conn = [m for m in (ms_port[i::n_conns] for i in range(n_conns)) if m]
         for ms in per_conn:
             frames = build_frames(ms, args.depth)
-            _, proto = await loop.create_connection(
+            conns.append(await open_load_connection(
                 lambda f=frames: LoadConnection(f, args.depth, stats, closed_loop),  # type: ignore[misc]
-                "127.0.0.1", port)
-            conns.append(proto)
+                port, args))
     pacer = None if closed_loop else asyncio.create_task(pace(conns, args.rate))
     await asyncio.sleep(args.warmup_s)
     good0, bad0, t0, cpu0 = stats.good, stats.bad, time.perf_counter(), time.process_time()
@@ -179,6 +190,72 @@ def _describe(payload: bytes) -> str | None:
         return repr(payload[:200])
 
 
+class Prelude(asyncio.Protocol):
+    """Request/response on a fresh connection, enough for the SDK's SASL exchange; the
+    transport is then handed to the load protocol, so the measured path has no branch."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder()
+        self.waiting: dict[int, tuple[asyncio.Future[Response], type[Response]]] = {}
+        self.next_id = 1
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    def data_received(self, data: bytes) -> None:
+        for payload in self.decoder.feed(data):
+            cid, body = decode_response_envelope(payload)
+            future, rtype = self.waiting.pop(cid)
+            future.set_result(decode_response_body(body, rtype, cid))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future, _ in self.waiting.values():
+            if not future.done():
+                future.set_exception(ConnectionError(f"{self.peer} closed: {exc}"))
+
+    async def send(self, request: Request, *, response_type: type[R]) -> R:
+        assert self.transport is not None
+        cid, self.next_id = self.next_id, self.next_id + 1
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self.waiting[cid] = (future, response_type)
+        self.transport.write(frame(encode_request(cid, request, "loadgen")))
+        return cast(R, await future)
+
+
+async def open_load_connection(factory: Callable[[], LoadConnection], port: int,
+                               args: argparse.Namespace) -> LoadConnection:
+    """A load connection to ``port``, over TLS and authenticated as ``args`` say."""
+    loop = asyncio.get_running_loop()
+    protocol = getattr(args, "security_protocol", "PLAINTEXT")
+    ssl_context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        from groupwire.client.security import create_ssl_context
+
+        ssl_context = create_ssl_context(cafile=args.ssl_cafile)
+    if not protocol.startswith("SASL_"):
+        _, proto = await loop.create_connection(factory, "127.0.0.1", port, ssl=ssl_context)
+        return proto
+    from groupwire.client.connection import Connection
+    from groupwire.client.sasl import authenticate
+    from groupwire.client.security import SecurityConfig
+
+    transport, prelude = await loop.create_connection(Prelude, "127.0.0.1", port,
+                                                      ssl=ssl_context)
+    config = SecurityConfig(security_protocol=protocol, ssl_context=ssl_context,
+                            sasl_mechanism=args.sasl_mechanism,
+                            sasl_plain_username=args.sasl_username,
+                            sasl_plain_password=os.environ.get(SASL_PASSWORD_ENV, ""))
+    await authenticate(cast(Connection, prelude), config, AUTH_TIMEOUT_S)
+    proto = factory()
+    transport.set_protocol(proto)
+    proto.connection_made(transport)
+    return proto
+
+
 async def pace(conns: Sequence[LoadConnection], rate: float, tick_s: float = 0.01) -> None:
     """Open loop: ``rate`` requests/s in total, spread over the connections every tick."""
     t0 = time.perf_counter()
@@ -205,6 +282,11 @@ def main(argv: list[str] | None) -> int:
                         help="requests/s in total (open loop); 0: closed loop at --depth")
     parser.add_argument("--warmup-s", type=float, default=0.5)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--security-protocol", default="PLAINTEXT",
+                        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    parser.add_argument("--ssl-cafile", help="CA the broker's certificate is checked against")
+    parser.add_argument("--sasl-mechanism", default="SCRAM-SHA-256")
+    parser.add_argument("--sasl-username", default="")
     args = parser.parse_args(argv)
     from bench.echo import run_loop
 

@@ -11,17 +11,25 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.listeners import (
+    Listener,
+    ListenerError,
+    check_advertised,
+    parse_listeners,
+    plaintext,
+)
 from groupwire.broker.storage import FsyncPolicy, StorageConfig
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from groupwire.protocol.limits import MAX_ARRAY_ITEMS
 
 ENV_PREFIX = "GROUPWIRE_"
 MIN_FRAME_BYTES = 128 * 1024
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class SettingsError(ValueError):
@@ -72,12 +80,33 @@ class BrokerSettings:
     cluster_name: str = "groupwire"
     rack: str = ""
     etcd_lease_ttl_ms: int = 2000
+    etcd_cafile: str = ""
+    etcd_certfile: str = ""
+    etcd_keyfile: str = ""
     default_replication_factor: int = 3
     offsets_topic_replication_factor: int = 3
     min_insync_replicas: int = 2
     replica_lag_time_max_ms: int = 30000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1024 * 1024
+    listeners: str = ""
+    advertised_listeners: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_cafile: str = ""
+    ssl_client_auth: str = "none"
+    ssl_handshake_timeout_ms: int = 10000
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    authentication_timeout_ms: int = 10000
+    authorizer: str = ""
+    super_users: str = ""
+    inter_broker_listener_name: str = ""
+    inter_broker_sasl_mechanism: str = "SCRAM-SHA-512"
+    inter_broker_sasl_username: str = ""
+    inter_broker_sasl_password_file: str = ""
+    inter_broker_sasl_password: str = field(default="", repr=False)
+    """Not a flag (it would land in shell history and ``ps``): read from
+    ``GROUPWIRE_INTER_BROKER_SASL_PASSWORD`` or ``--inter-broker-sasl-password-file``."""
 
     @property
     def clustered(self) -> bool:
@@ -89,6 +118,39 @@ class BrokerSettings:
         if self.advertised_host:
             return self.advertised_host
         return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+
+    def listener_list(self) -> list[Listener]:
+        """``--listeners``, or the one plaintext listener on ``--host``/``--port``."""
+        if not self.listeners.strip():
+            return [plaintext(self.host, self.port)]
+        return parse_listeners(self.listeners, "--listeners")
+
+    def advertised_listener_list(self) -> list[Listener]:
+        if not self.advertised_listeners.strip():
+            return []
+        return parse_listeners(self.advertised_listeners, "--advertised-listeners")
+
+    def inter_broker_listener(self) -> Listener:
+        """The listener brokers reach each other on (``--inter-broker-listener-name``,
+        default the first of ``--listeners``), Kafka's ``inter.broker.listener.name``."""
+        listeners = self.listener_list()
+        name = self.inter_broker_listener_name.strip().upper()
+        for listener in listeners:
+            if listener.name == name:
+                return listener
+        if name:
+            raise ListenerError(
+                f"--inter-broker-listener-name: {name} is not among --listeners "
+                f"({', '.join(listener.name for listener in listeners)})")
+        return listeners[0]
+
+    def sasl_mechanisms(self) -> list[str]:
+        return [m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",")
+                if m.strip()]
+
+    def super_user_list(self) -> list[str]:
+        """``--super-users`` in Kafka's ``User:a;User:b`` form."""
+        return [u.strip() for u in self.super_users.split(";") if u.strip()]
 
     def coordinator_config(self) -> CoordinatorConfig:
         return CoordinatorConfig(
@@ -229,6 +291,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("etcd_lease_ttl_ms",
            "a broker whose lease keep-alives stop is out of the cluster after this "
            "(rounded up to whole seconds)", _at_least(1000)),
+    Option("etcd_cafile",
+           "PEM CA certificates etcd's server certificate is checked against on https:// "
+           "endpoints (default: the system's)"),
+    Option("etcd_certfile",
+           "PEM client certificate the broker presents to etcd on https:// endpoints "
+           "(etcd's --client-cert-auth: mutual TLS)"),
+    Option("etcd_keyfile", "PEM private key of --etcd-certfile (default: in that file)"),
     Option("default_replication_factor",
            "replicas of a topic created without a factor (cluster mode)", _at_least(1)),
     Option("offsets_topic_replication_factor",
@@ -242,7 +311,49 @@ OPTIONS: tuple[Option, ...] = (
            "longest a follower's fetch waits at the leader for new records", _at_least(0)),
     Option("replica_fetch_max_bytes",
            "bytes a follower asks for per partition in one fetch", _at_least(1024)),
+    Option("listeners",
+           "comma list of NAME://HOST:PORT, NAME one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
+           "SASL_SSL (e.g. SASL_SSL://0.0.0.0:9093,PLAINTEXT://127.0.0.1:9092); empty "
+           "host: every interface, [::1] for IPv6 (default: PLAINTEXT://--host:--port)"),
+    Option("advertised_listeners",
+           "NAME://HOST:PORT per listener as Metadata names it to clients connected "
+           "there; port 0: the bound one (default: --advertised-host, else the "
+           "listener's host, 127.0.0.1 for every interface)"),
+    Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
+    Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
+    Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "
+           "the other brokers' certificates) are checked against"),
+    Option("ssl_client_auth",
+           "client certificates on SSL listeners: none, requested (checked if given; "
+           "its CN is the principal), required",
+           choices=("none", "requested", "required")),
+    Option("ssl_handshake_timeout_ms", "close a connection whose TLS handshake takes longer",
+           _at_least(1)),
+    Option("sasl_enabled_mechanisms",
+           "SASL mechanisms offered on SASL listeners, comma list of PLAIN, SCRAM-SHA-256, "
+           "SCRAM-SHA-512 (PLAIN sends the password itself: use it over SASL_SSL only)"),
+    Option("authentication_timeout_ms",
+           "close a connection on a SASL listener not authenticated within this",
+           _at_least(1)),
+    Option("authorizer", "'acl' checks every request against the ACLs; '' allows all",
+           choices=("", "acl")),
+    Option("super_users", "principals no ACL applies to, Kafka's User:a;User:b form"),
+    Option("inter_broker_listener_name",
+           "the listener brokers of a cluster fetch from each other on, one of --listeners' "
+           "names (default: the first); its address is the one each broker registers"),
+    Option("inter_broker_sasl_mechanism",
+           "SASL mechanism of the brokers' own connections to a SASL inter-broker listener "
+           "(one of --sasl-enabled-mechanisms)", choices=SASL_MECHANISMS),
+    Option("inter_broker_sasl_username",
+           "the user brokers authenticate as to each other; give its principal "
+           "CLUSTER_ACTION on the cluster or list it in --super-users"),
+    Option("inter_broker_sasl_password_file",
+           "file whose first line is --inter-broker-sasl-username's password (or the "
+           "password itself in GROUPWIRE_INTER_BROKER_SASL_PASSWORD; never a flag)"),
 )
+
+PASSWORD_ENV = ENV_PREFIX + "INTER_BROKER_SASL_PASSWORD"
+"""The inter-broker password, when not in ``--inter-broker-sasl-password-file``."""
 
 _DEFAULTS = BrokerSettings()
 _TYPES: dict[str, type] = {
@@ -317,9 +428,23 @@ def resolve(args: argparse.Namespace | None, environ: Mapping[str, str] | None =
         elif env_of(opt.name) in env:
             source = f"{flag_of(opt.name)} (from {env_of(opt.name)})"
             values[opt.name] = _parse(opt.name, env[env_of(opt.name)], source)
+    values["inter_broker_sasl_password"] = _inter_broker_password(
+        values.get("inter_broker_sasl_password_file", ""), env)
     settings = BrokerSettings(**values)
     validate(settings)
     return settings
+
+
+def _inter_broker_password(path: str, env: Mapping[str, str]) -> str:
+    """The file's first line, else the environment's value, else empty."""
+    if not path:
+        return env.get(PASSWORD_ENV, "")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise SettingsError(f"--inter-broker-sasl-password-file: cannot read {path!r}: "
+                            f"{exc.strerror or exc}") from None
 
 
 def validate(settings: BrokerSettings) -> None:
@@ -338,14 +463,95 @@ def validate(settings: BrokerSettings) -> None:
             "--queued-max-request-bytes: must be at least --max-frame-bytes, so that "
             "every frame the broker accepts can be held"
         )
-    for url in etcd_urls(settings):
-        if not url.startswith("http://") or len(url) <= len("http://"):
-            raise SettingsError(
-                f"--etcd-endpoints: expected http://HOST:PORT URLs, got {url!r}")
+    validate_etcd(settings)
     if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
         raise SettingsError(
             "--group-min-session-timeout-ms: must not exceed --group-max-session-timeout-ms"
         )
+    validate_security(settings)
+
+
+def validate_security(settings: BrokerSettings) -> None:
+    """Listeners, TLS files and SASL mechanisms fit together (the broker checks again at
+    start, for settings built without :func:`resolve`)."""
+    try:
+        listeners = settings.listener_list()
+        check_advertised(listeners, settings.advertised_listener_list(),
+                         "--advertised-listeners")
+    except ListenerError as exc:
+        raise SettingsError(str(exc)) from None
+    if any(listener.uses_tls for listener in listeners):
+        if not settings.ssl_certfile or not settings.ssl_keyfile:
+            raise SettingsError(
+                "--ssl-certfile and --ssl-keyfile: an SSL or SASL_SSL listener needs both")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_cafile"):
+            path = getattr(settings, name)
+            if path and not Path(path).is_file():
+                raise SettingsError(f"{flag_of(name)}: no such file {path!r}")
+    if settings.ssl_client_auth != "none" and not settings.ssl_cafile:
+        raise SettingsError(
+            f"--ssl-cafile: needed to check client certificates "
+            f"(--ssl-client-auth {settings.ssl_client_auth})")
+    mechanisms = settings.sasl_mechanisms()
+    for mechanism in mechanisms:
+        if mechanism not in SASL_MECHANISMS:
+            raise SettingsError(
+                f"--sasl-enabled-mechanisms: expected some of {', '.join(SASL_MECHANISMS)}, "
+                f"got {mechanism!r}")
+    if not mechanisms and any(listener.uses_sasl for listener in listeners):
+        raise SettingsError(
+            "--sasl-enabled-mechanisms: a SASL listener needs at least one mechanism")
+    for user in settings.super_user_list():
+        if not user.startswith("User:") or len(user) == len("User:"):
+            raise SettingsError(
+                f"--super-users: expected User:NAME;User:NAME..., got {user!r}")
+    _validate_inter_broker(settings, mechanisms)
+
+
+def _validate_inter_broker(settings: BrokerSettings, mechanisms: list[str]) -> None:
+    """Cluster mode: the brokers' own connections can authenticate on their listener."""
+    try:
+        listener = settings.inter_broker_listener()
+    except ListenerError as exc:
+        raise SettingsError(str(exc)) from None
+    if not settings.clustered or not listener.uses_sasl:
+        return
+    if not settings.inter_broker_sasl_username or not settings.inter_broker_sasl_password:
+        raise SettingsError(
+            f"--inter-broker-sasl-username and --inter-broker-sasl-password-file (or "
+            f"{PASSWORD_ENV}): the {listener.name} inter-broker listener needs both")
+    if settings.inter_broker_sasl_mechanism not in mechanisms:
+        raise SettingsError(
+            f"--inter-broker-sasl-mechanism: {settings.inter_broker_sasl_mechanism} is not "
+            f"in --sasl-enabled-mechanisms ({', '.join(mechanisms)})")
+
+
+def validate_etcd(settings: BrokerSettings) -> None:
+    """``--etcd-endpoints`` all http:// or all https:// (a TLS cluster never falls back
+    to plaintext on failover), and the TLS files only with https://, and present."""
+    urls = etcd_urls(settings)
+    schemes = set()
+    for url in urls:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest:
+            raise SettingsError(
+                f"--etcd-endpoints: expected http://HOST:PORT or https://HOST:PORT URLs, "
+                f"got {url!r}")
+        schemes.add(scheme)
+    if len(schemes) > 1:
+        raise SettingsError("--etcd-endpoints: all http:// or all https://, not both")
+    files = ("etcd_cafile", "etcd_certfile", "etcd_keyfile")
+    for name in files:
+        path = getattr(settings, name)
+        if not path:
+            continue
+        if schemes != {"https"}:
+            raise SettingsError(
+                f"{flag_of(name)}: given, but --etcd-endpoints are not https:// URLs")
+        if not Path(path).is_file():
+            raise SettingsError(f"{flag_of(name)}: no such file {path!r}")
+    if settings.etcd_keyfile and not settings.etcd_certfile:
+        raise SettingsError("--etcd-keyfile: needs --etcd-certfile")
 
 
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None,

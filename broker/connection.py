@@ -7,6 +7,12 @@ ahead of their answers; beyond that decoded frames wait and the transport stops 
 Heartbeats the coordinator settles on its fast path (``Coordinator.renew``) are answered
 with a pre-packed NONE body; like every request they are in flight until answered, and
 each one's latency is its own. A failure there is logged and answered as on the full path.
+
+Security (docs/security.md): on a TLS listener the principal is the client certificate's
+CN; on a SASL listener the connection answers SaslHandshake and SaslAuthenticate itself
+and takes nothing but those and ApiVersions until authenticated (the heartbeat fast path
+included), closing the connection on anything else, on a failed authentication and at
+``--authentication-timeout-ms``.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
 from groupwire.broker.host import ConnectionHost
+from groupwire.broker.listeners import Listener, plaintext
 from groupwire.broker.logs import get_logger
+from groupwire.broker.tls import principal_of
 from groupwire.protocol.codec import (
     RequestFrame,
     decode_heartbeat,
@@ -36,17 +44,34 @@ from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiKey,
     HeartbeatResponse,
+    Request,
     Response,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
 )
+
+if TYPE_CHECKING:
+    from groupwire.broker.security.sasl import SaslServer, SaslStep
 
 log = get_logger("groupwire.connection")
 
+ANONYMOUS: Final = "User:ANONYMOUS"
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
 _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
                              SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1)
 _HEARTBEAT_NONE: Final = pack_body(HeartbeatResponse())
 _HEARTBEAT: Final = ApiKey.HEARTBEAT
 _NONE: Final = int(ErrorCode.NONE)
+_BEFORE_AUTHENTICATION: Final = frozenset({
+    ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+"""What a connection on a SASL listener may send until it has authenticated."""
+_SASL_APIS: Final = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_DEFAULT_LISTENER: Final = plaintext("", 0)
+MAX_UNAUTHENTICATED_FRAME: Final = 512 * 1024
+"""Largest frame taken before SASL authentication, Kafka's sasl.server.max.receive.size:
+SASL requests are small, and nobody unknown gets a large one decoded."""
 
 
 def _decode(payload: Payload) -> RequestFrame | ProtocolError:
@@ -62,10 +87,21 @@ def _encode(correlation_id: int, response: Response) -> bytes:
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, broker: ConnectionHost, conn_id: int) -> None:
+    def __init__(self, broker: ConnectionHost, conn_id: int,
+                 listener: Listener = _DEFAULT_LISTENER) -> None:
         self.broker = broker
         self.conn_id = conn_id
+        self.listener = listener
         self.client_host = ""
+        self.principal = ANONYMOUS
+        """``User:name`` once authenticated (broker.security); ANONYMOUS until then."""
+        self._gated = listener.uses_sasl
+        """A SASL listener's connection not yet authenticated: only ApiVersions and the
+        SASL requests are taken (``_BEFORE_AUTHENTICATION``)."""
+        self._sasl: SaslServer | None = None
+        """The exchange under way, from SaslHandshake on."""
+        self._authenticated = False
+        self._auth_handle: asyncio.TimerHandle | None = None
         self._decoder = FrameDecoder(broker.settings.max_frame_bytes)
         self._transport: asyncio.Transport | None = None
         self._backlog: deque[Payload] = deque()
@@ -90,6 +126,8 @@ class ClientConnection(asyncio.Protocol):
         self._partial_handle: asyncio.TimerHandle | None = None
         self.close_reason = "client"
         self._refused = ""
+        self._finishers: dict[int, Callable[[Response], Response]] = {}
+        """Answers to rewrite before they are sent (``finish_answer``)."""
         self._long: set[int] = set()
         """Correlation ids whose answers are encoded off the loop (``answer_is_long``)."""
 
@@ -99,9 +137,18 @@ class ClientConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = self._transport.get_extra_info("peername")
         self.client_host = f"/{peer[0]}" if peer else ""
+        self.broker.connection_made(self)
         if self._refused:
             self.abort(self._refused)
             return
+        if self.listener.uses_tls and not self.listener.uses_sasl:
+            # asyncio and uvloop call this once the handshake is done
+            self.principal = principal_of(
+                self._transport.get_extra_info("peercert")) or ANONYMOUS
+        if self._gated:
+            timeout_s = self.broker.settings.authentication_timeout_ms / 1000
+            self._auth_handle = asyncio.get_running_loop().call_later(
+                timeout_s, self._authentication_expired)
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
@@ -143,6 +190,8 @@ class ClientConnection(asyncio.Protocol):
             self._idle_handle.cancel()
         if self._partial_handle is not None:
             self._partial_handle.cancel()
+        if self._auth_handle is not None:
+            self._auth_handle.cancel()
         self.broker.connection_lost(self)
 
     # --- requests and responses ---------------------------------------------------------
@@ -155,6 +204,9 @@ class ClientConnection(asyncio.Protocol):
         self._draining = True
         # the heartbeat fast path, inlined: this loop runs once per request
         renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.clock()
+        # Not authenticated (yet): every frame takes the full path, where the gate is. An
+        # authentication finished in this drain sends the rest there too, which is safe.
+        fast = not self._gated
         backlog, in_flight, out = self._backlog, self._in_flight, self._out
         clock = time.perf_counter
         # Heartbeats the fast path answers back to back form a run; each one's latency is
@@ -167,7 +219,7 @@ class ClientConnection(asyncio.Protocol):
             while (backlog and len(in_flight) < limit and not self._holds
                    and not self._write_paused):
                 payload = backlog.popleft()
-                heartbeat = decode_heartbeat(payload)
+                heartbeat = decode_heartbeat(payload) if fast else None
                 full_path = True
                 if heartbeat is not None and heartbeat[0] not in in_flight:
                     # Taken within the in-flight bound (the loop's condition), its id checked
@@ -236,6 +288,10 @@ class ClientConnection(asyncio.Protocol):
             error_message=f"{type(exc).__name__}: {exc}"))
 
     def _handle_frame(self, payload: Payload) -> None:
+        if self._gated and len(payload) > MAX_UNAUTHENTICATED_FRAME:
+            self.abort("unauthenticated",
+                       f"frame of {len(payload)} bytes before SASL authentication")
+            return
         if len(payload) > SCAN_ABOVE_BYTES:
             self._decode_off_loop(payload)
             return
@@ -288,15 +344,141 @@ class ClientConnection(asyncio.Protocol):
             self.abort("duplicate-correlation-id", f"correlation id {cid} already in flight")
             return
         key = ApiKey(req.api_key)
+        if self._gated and key not in _BEFORE_AUTHENTICATION:
+            name = type(req.request).__name__.removesuffix("Request")
+            self.abort("unauthenticated", f"{name} before SASL authentication")
+            return
         self._in_flight[cid] = (key, time.perf_counter())
+        if key in _SASL_APIS:
+            self._sasl_request(cid, req.request)
+            return
         if key == ApiKey.API_VERSIONS and req.api_version not in _API_VERSIONS_SERVED:
             # docs/protocol.md §3: answered in v0 whatever the version, flagged unsupported
             self.reply(req.correlation_id, self.broker.unsupported_api_versions(req.api_version))
             return
         self.broker.dispatch(self, req.correlation_id, req.client_id or "", req.request)
 
+    # --- SASL (docs/security.md) -----------------------------------------------------------
+
+    def _sasl_request(self, cid: int, request: Request) -> None:
+        """SaslHandshake and SaslAuthenticate, in Kafka's order; out of it, or on a
+        listener without SASL, ILLEGAL_SASL_STATE (closing a SASL listener's connection)."""
+        handshake = isinstance(request, SaslHandshakeRequest)
+        response_type = SaslHandshakeResponse if handshake else SaslAuthenticateResponse
+        if not self.listener.uses_sasl:
+            self.reply(cid, response_type(
+                error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                error_message=f"listener {self.listener.name} does not use SASL"))
+            return
+        if handshake != (self._sasl is None) or self._authenticated:
+            expected = "SaslHandshake" if self._sasl is None else "SaslAuthenticate"
+            if self._authenticated:
+                expected = "nothing more: already authenticated"
+            self._reply_and_close(cid, response_type(
+                error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                error_message=f"unexpected {response_type.__name__.removesuffix('Response')}"
+                              f"; expected {expected}"), "illegal-sasl-state")
+            return
+        if isinstance(request, SaslHandshakeRequest):
+            self._sasl_handshake(cid, request)
+        else:
+            assert isinstance(request, SaslAuthenticateRequest)
+            self._sasl_authenticate(cid, request)
+
+    def _sasl_handshake(self, cid: int, request: SaslHandshakeRequest) -> None:
+        server = self.broker.security.sasl_server()
+        code, message = server.handshake(request.mechanism)
+        enabled = list(server.enabled)
+        if code != ErrorCode.NONE:
+            self._count_authentication(request.mechanism, "failure")
+            self._reply_and_close(cid, SaslHandshakeResponse(
+                error_code=code, error_message=message, mechanisms=enabled),
+                "sasl-handshake-failed", message or "")
+            return
+        self._sasl = server
+        self.reply(cid, SaslHandshakeResponse(mechanisms=enabled))
+
+    def _sasl_authenticate(self, cid: int, request: SaslAuthenticateRequest) -> None:
+        server = self._sasl
+        assert server is not None
+        if server.mechanism == "PLAIN":
+            # PLAIN hashes the password (one PBKDF2, ~1 ms): on a worker thread, where
+            # hashlib lets go of the GIL, so a flood of logins does not stall the loop
+            release = self.hold()
+
+            def done(future: asyncio.Future[SaslStep]) -> None:
+                try:
+                    if not future.cancelled() and not self._closed:
+                        self._sasl_step(cid, server, future.result())
+                finally:
+                    release()
+
+            loop = asyncio.get_running_loop()
+            loop.run_in_executor(None, server.authenticate, request.auth_bytes
+                                 ).add_done_callback(done)
+            return
+        self._sasl_step(cid, server, server.authenticate(request.auth_bytes))
+
+    def _sasl_step(self, cid: int, server: SaslServer, step: SaslStep) -> None:
+        if step.error is not None and step.error != ErrorCode.NONE:
+            self._count_authentication(server.mechanism, "failure")
+            log.warning("authentication_failed", conn=self.conn_id, client=self.client_host,
+                        listener=self.listener.name, mechanism=server.mechanism,
+                        reason=step.message)
+            self._reply_and_close(cid, SaslAuthenticateResponse(
+                error_code=step.error, error_message=step.message),
+                "authentication-failed", step.message or "")
+            return
+        if step.done:
+            self._authenticated = True
+            self._gated = False
+            if step.principal is not None:
+                self.principal = step.principal
+            if self._auth_handle is not None:
+                self._auth_handle.cancel()
+                self._auth_handle = None
+            self._count_authentication(server.mechanism, "success")
+            log.debug("authenticated", conn=self.conn_id, client=self.client_host,
+                     listener=self.listener.name, mechanism=server.mechanism,
+                     principal=self.principal)
+        self.reply(cid, SaslAuthenticateResponse(auth_bytes=step.reply))
+
+    def _count_authentication(self, mechanism: str | None, result: str) -> None:
+        """Labelled by mechanism only when it is an enabled one: the label values stay
+        few whatever names clients send."""
+        known = (mechanism if mechanism in self.broker.settings.sasl_mechanisms()
+                 else "other")
+        self.broker.metrics.sasl_authentications.labels(known, result).inc()
+
+    def _reply_and_close(self, cid: int, response: Response, reason: str,
+                         detail: str = "") -> None:
+        """Answer, then close once the answer is written (closing flushes it)."""
+        self.reply(cid, response)
+        if self._out and self._transport is not None and not self._closed:
+            data = b"".join(self._out)
+            self._out = []
+            self._transport.write(data)
+            self.broker.metrics.bytes_out += len(data)
+        self.abort(reason, detail)
+
+    def _authentication_expired(self) -> None:
+        self._auth_handle = None
+        if self._gated and not self._closed:
+            timeout_ms = self.broker.settings.authentication_timeout_ms
+            self.abort("authentication-timeout",
+                       f"not authenticated within {timeout_ms} ms")
+
+    def finish_answer(self, correlation_id: int,
+                      finish: Callable[[Response], Response]) -> None:
+        if correlation_id in self._in_flight:
+            self._finishers[correlation_id] = finish
+
     def reply(self, correlation_id: int, response: Response) -> None:
         """Send the answer to an in-flight request (dropped if the connection is gone)."""
+        if self._finishers:
+            finish = self._finishers.pop(correlation_id, None)
+            if finish is not None:
+                response = finish(response)
         if correlation_id in self._long:
             self._long.discard(correlation_id)
             if not self._closed:
@@ -415,7 +597,7 @@ class ClientConnection(asyncio.Protocol):
             self._transport.close()
 
     def refuse(self, reason: str) -> None:
-        """Close as soon as the transport exists (the protocol factory runs before it)."""
+        """Close once ``connection_made`` has the transport (``ConnectionHost``)."""
         self._refused = reason
 
     def close(self) -> None:

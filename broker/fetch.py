@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from groupwire.broker.coordinator import Coordinator
+from groupwire.broker.coordinator import ANONYMOUS, Coordinator
 from groupwire.broker.leadership import NO_LEADER_EPOCH, Leadership, SingleBroker
 from groupwire.broker.logs import get_logger
 from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
@@ -69,6 +69,10 @@ class _Fetch:
     request: FetchRequest
     reply: Reply
     may_park: bool
+    principal: str = ANONYMOUS
+    """Who its connection authenticated as: it may name only that principal's members
+    (docs/protocol.md §7.5)."""
+    superuser: bool = False
     arrived: float = 0.0
     """Loop time of arrival: ``max_wait_ms`` counts from here."""
     state: _State = _State.READING
@@ -91,9 +95,12 @@ class FetchManager:
                  ownership_fencing: bool, slice_s: float,
                  leadership: Leadership | None = None,
                  replica_fetched: Callable[[TopicPartition, int, int], None] | None = None,
+                 superuser: Callable[[str], bool] | bool = False,
                  ) -> None:
         """``replica_fetched(tp, node, fetch_offset)``: in a cluster, a follower's fetch
-        tells the leader how far its log reaches (None: a single broker refuses them)."""
+        tells the leader how far its log reaches (None: a single broker refuses them).
+        ``superuser(principal)``: whether a principal may name any principal's member in
+        a fenced fetch (docs/protocol.md §7.5); a bool answers the same for all."""
         self._store = store
         self._leadership: Leadership = (SingleBroker(store.partition_count)
                                         if leadership is None else leadership)
@@ -101,6 +108,9 @@ class FetchManager:
         self._coordinator = coordinator
         self._max_response_bytes = max_response_bytes
         self._fencing = ownership_fencing
+        self.superuser: Callable[[str], bool] = (
+            superuser if callable(superuser) else (lambda _principal: superuser))
+        """Settable later, as ``coordinates`` (the authorizer's super users)."""
         self.coordinates: Callable[[str], bool] = lambda _group: True
         """Whether this broker coordinates a group: only then can it check a fetch's
         ownership (in a cluster, other leaders serve it unchecked; commits stay fenced
@@ -120,10 +130,14 @@ class FetchManager:
 
     # --- arrival ------------------------------------------------------------------------
 
-    def handle(self, conn_id: int, request: FetchRequest, reply: Reply, defer: Defer) -> None:
-        """Read, then answer or park. A read longer than a slice goes on in ``defer``."""
+    def handle(self, conn_id: int, request: FetchRequest, reply: Reply, defer: Defer, *,
+               principal: str = ANONYMOUS) -> None:
+        """Read, then answer or park. A read longer than a slice goes on in ``defer``.
+        ``principal``: the connection's (``Peer.principal``), for member ownership."""
         fetch = _Fetch(conn_id, request, reply,
-                       may_park=request.max_wait_ms > 0 and request.min_bytes > 0)
+                       may_park=request.max_wait_ms > 0 and request.min_bytes > 0,
+                       principal=principal,
+                       superuser=request.group is not None and self.superuser(principal))
         if self._closing:  # shutting down: answer with what is there
             fetch.may_park = False
             self._send(fetch, run_steps(self._arrival(fetch)))
@@ -223,7 +237,8 @@ class FetchManager:
         request = fetch.request
         if request.group is not None and self._fencing \
                 and self.coordinates(request.group.group_id):
-            check = self._coordinator.check_fetch(request.group, (tp,))
+            check = self._coordinator.check_fetch(request.group, (tp,), fetch.principal,
+                                                  fetch.superuser)
             if check.error_code != ErrorCode.NONE or check.not_owned:
                 fetch.error = True
         if not fetch.error and self._epoch_error(tp, NO_LEADER_EPOCH) is not None:
@@ -383,9 +398,11 @@ class FetchManager:
                 and self.coordinates(request.group.group_id):
             check = self._coordinator.check_fetch(
                 request.group,
-                [(t.topic, p.partition) for t in request.topics for p in t.partitions])
+                [(t.topic, p.partition) for t in request.topics for p in t.partitions],
+                fetch.principal, fetch.superuser)
             if check.error_code != ErrorCode.NONE:
-                return FetchResponse(error_code=check.error_code), 0, True
+                return FetchResponse(error_code=check.error_code,
+                                     error_message=check.error_message), 0, True
             not_owned = check.not_owned
         budget = min(request.max_bytes, self._max_response_bytes)
         total = 0

@@ -7,14 +7,18 @@ no longer import each other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from groupwire.broker.budget import Verdict
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.coordinator import Renewal
+from groupwire.broker.listeners import Listener
 from groupwire.broker.metrics import BrokerMetrics
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.messages import ApiVersionsResponse, Request, Response
+
+if TYPE_CHECKING:
+    from groupwire.broker.security.state import SecurityState
 
 
 class Peer(Protocol):
@@ -29,7 +33,24 @@ class Peer(Protocol):
     @property
     def close_reason(self) -> str: ...
 
+    @property
+    def listener(self) -> Listener:
+        """The listener the connection came in on (Metadata answers its address)."""
+        ...
+
+    @property
+    def principal(self) -> str:
+        """Who the connection authenticated as: ``User:name`` (``User:ANONYMOUS`` on a
+        listener without SASL or a client certificate)."""
+        ...
+
     def reply(self, correlation_id: int, response: Response) -> None: ...
+
+    def finish_answer(self, correlation_id: int,
+                      finish: Callable[[Response], Response]) -> None:
+        """Pass the request's answer through ``finish`` before it is sent, whichever
+        path sends it (the authorizer puts refused resources back into it)."""
+        ...
 
     def answer_is_long(self, correlation_id: int) -> None:
         """The request's work spans loop turns: encode its answer off the loop."""
@@ -48,11 +69,18 @@ class ConnectionHost(Protocol):
     metrics: BrokerMetrics
     clock: Callable[[], int]
     renew_heartbeat: Callable[[int, HeartbeatFields, int], Renewal | None]
+    security: SecurityState
+    """Users, ACLs and the SASL servers connections authenticate with."""
 
     def dispatch(self, conn: Peer, correlation_id: int, client_id: str,
                  request: Request) -> None: ...
 
     def unsupported_api_versions(self, version: int) -> ApiVersionsResponse: ...
+
+    def connection_made(self, conn: Peer) -> None:
+        """The connection is open (its TLS handshake done): counted from now on, and
+        refused (``refuse``) if the broker is full or closing."""
+        ...
 
     def connection_lost(self, conn: Peer) -> None: ...
 

@@ -221,6 +221,14 @@ class BrokerMetrics:
                                    registry=r)
         self.commits_fenced = Counter("groupwire_commits_fenced",
                                       "Commits refused by ownership fencing", registry=r)
+        self.sasl_authentications = Counter(
+            "groupwire_sasl_authentications",
+            "SASL authentications by mechanism (other: one not enabled) and result "
+            "(success, failure)", ["mechanism", "result"], registry=r)
+        self.authorization_denials = Counter(
+            "groupwire_authorization_denials",
+            "Requests (or parts of them) the ACL authorizer refused, by resource type "
+            "and operation", ["resource_type", "operation"], registry=r)
         self.bytes_in = 0
         self.bytes_out = 0
         """Plain ints on the hot path; exported as counters when scraped."""

@@ -21,8 +21,10 @@ from typing import Any, Final, TypeVar
 import msgpack
 from prometheus_client import start_http_server
 
+from groupwire.broker.access import AccessControl
+from groupwire.broker.authorization import guard
 from groupwire.broker.budget import Decision, MemoryBudget, Verdict
-from groupwire.broker.config import BrokerSettings
+from groupwire.broker.config import BrokerSettings, SettingsError, validate_security
 from groupwire.broker.connection import ClientConnection
 from groupwire.broker.coordinator import (
     CancelTimer,
@@ -43,13 +45,24 @@ from groupwire.broker.fetch import FetchManager
 from groupwire.broker.heap import HeapSettler
 from groupwire.broker.host import Peer
 from groupwire.broker.leadership import Leadership, SingleBroker
+from groupwire.broker.listeners import Listener, advertised_addresses
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
 from groupwire.broker.replication.cluster_apis import ClusterApis
-from groupwire.broker.replication.node import ClusterNode, ClusterStartError
+from groupwire.broker.replication.node import FIRST_READ_S, ClusterNode, ClusterStartError
+from groupwire.broker.security import (
+    CredentialTable,
+    SecurityState,
+    SecurityStoreError,
+    load_security,
+)
+from groupwire.broker.security.acls import AclBinding
+from groupwire.broker.security.cluster_store import ClusterSecurity, follow_cluster_security
+from groupwire.broker.security.store import save_security
+from groupwire.broker.security_apis import SecurityApis
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
@@ -58,20 +71,27 @@ from groupwire.broker.storage.handles import (
     default_max_open_files,
     raise_nofile_limit,
 )
+from groupwire.broker.tls import ServerTls, TlsError, TlsFiles
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
+from groupwire.protocol.acls import AclOperation, ResourceType
 from groupwire.protocol.batches import MIN_BATCH_SIZE, read_header
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
+    AlterUserScramCredentialsRequest,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeletableGroupResult,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
     FetchRequest,
     FetchResponse,
@@ -152,7 +172,19 @@ class Broker:
         self._connections: dict[int, ClientConnection] = {}
         self._connection_closed = asyncio.Event()
         self._next_conn_id = 1
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        """One per listener (``--listeners``), in their order."""
+        self.listener_ports: dict[str, int] = {}
+        """The port each listener is bound to, by name (``PLAINTEXT``, ``SASL_SSL``...)."""
+        self._advertised: dict[str, tuple[str, int]] = {}
+        """The host and port Metadata names to a client of each listener."""
+        self._tls: ServerTls | None = None
+        self.security = SecurityState((), CredentialTable(), (), ())
+        """ACLs, users and SASL mechanisms: loaded from the data dir at start."""
+        self._access: AccessControl | None = None
+        self.cluster_security: ClusterSecurity | None = None
+        """Cluster mode: the ACLs and users kept in etcd, followed by a watch."""
+        """The ACL check (``--authorizer acl``); None: every request is allowed."""
         self._metrics_server: object | None = None
         self._port = settings.port
         self.metrics_port: int | None = None
@@ -222,16 +254,20 @@ class Broker:
         coordinator.load(records, now)
         leadership: Leadership = SingleBroker(store.partition_count)
         if settings.clustered:
-            self.cluster = ClusterNode(
-                settings, store, metadata_store=self._metadata_store,
-                on_high_watermark=lambda tp: self._roles_changed({tp}))
+            try:
+                self.cluster = ClusterNode(
+                    settings, store, metadata_store=self._metadata_store,
+                    on_high_watermark=lambda tp: self._roles_changed({tp}))
+            except ClusterStartError as exc:  # etcd's TLS files
+                raise StartupError(str(exc)) from exc
             leadership = self.cluster.leadership
         leaders = None if self.cluster is None else self.cluster.leaders
         self._fetches = FetchManager(
             store, coordinator, max_response_bytes=settings.max_frame_bytes - BATCH_OVERHEAD,
             ownership_fencing=settings.ownership_fencing, slice_s=self._slice_s,
             leadership=leadership,
-            replica_fetched=None if leaders is None else leaders.follower_fetched)
+            replica_fetched=None if leaders is None else leaders.follower_fetched,
+            superuser=lambda principal: self.security.authorizer.is_super_user(principal))
         fetches = self._fetches
 
         def appended(topic: str, partition: int) -> None:
@@ -240,7 +276,8 @@ class Broker:
                 leaders.appended((topic, partition))
         self._topics = TopicApis(settings, store, port=lambda: self._port,
                                  on_append=appended,
-                                 on_created=self.heap.after_growth, leadership=leadership)
+                                 on_created=self.heap.after_growth, leadership=leadership,
+                                 address=self._advertised.__getitem__)
         self._durability = Durability(store, settings.storage_config().fsync,
                                       settings.flush_interval_ms, self._fetches.wake)
         self._durability.start()
@@ -249,13 +286,23 @@ class Broker:
         self.execute(coordinator.start(now))
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                self._new_connection, settings.host, settings.port, reuse_address=True,
-                backlog=1024)
-        except OSError as exc:
-            raise StartupError(_cannot_listen("--port", settings.host, settings.port,
-                                              exc)) from exc
-        self._port = self._server.sockets[0].getsockname()[1]
+            validate_security(settings)  # settings may not have come through resolve()
+            bindings, credentials = (load_security(settings.data_dir) if self.cluster is None
+                                     else ([], CredentialTable()))  # etcd's, just below
+        except (SettingsError, SecurityStoreError) as exc:
+            raise StartupError(str(exc)) from exc
+        self.security = SecurityState(bindings, credentials, settings.super_user_list(),
+                                      settings.sasl_mechanisms())
+        if self.cluster is not None:  # before listening: the first request sees them
+            try:
+                self.cluster_security = await follow_cluster_security(
+                    self.cluster.etcd, self.cluster.cluster, self.security,
+                    data_dir=settings.data_dir, where=settings.etcd_endpoints,
+                    timeout_s=FIRST_READ_S)
+            except SecurityStoreError as exc:
+                raise StartupError(str(exc)) from exc
+        self._start_security()
+        await self._listen()
         try:
             self._start_metrics()
         except OSError as exc:
@@ -266,7 +313,7 @@ class Broker:
             watch_cluster(self.metrics, self.cluster)
             self._fetches.coordinates = self._coordinates
             try:
-                await self.cluster.start(settings.advertised, self._port,
+                await self.cluster.start(self._advertised,
                                          ensure_local=self._topics.ensure_local,
                                          delete_local=self._delete_local,
                                          on_roles=self._roles_changed,
@@ -279,10 +326,108 @@ class Broker:
         self._retention_task = loop.create_task(self._retention_loop())
         self.loop_monitor.start()
         log.info("open_files_limit", partitions=store.partition_total, **open_files)
+        log.info("security_loaded", authorizer=settings.authorizer or "none",
+                 acls=len(self.security.authorizer), users=len(self.security.credentials),
+                 super_users=settings.super_user_list())
         log.info("broker_started", host=settings.host, port=self._port,
+                 listeners={name: port for name, port in self.listener_ports.items()},
                  metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
                  topics=len(store.topics()), group_records=len(records),
                  fsync=settings.fsync, startup_ms=round((time.perf_counter() - t0) * 1000))
+
+    def _start_security(self) -> None:
+        """The ACL and credential APIs, and with ``--authorizer acl`` the check every
+        request passes first (``broker.authorization``)."""
+        settings, security = self.settings, self.security
+        on = settings.authorizer == "acl"
+        if on:
+            self._access = AccessControl(security.authorizer, self.metrics)
+            self.renew_heartbeat = self._renew_if_allowed
+        apis = SecurityApis(security, authorizer_on=on, persist=self._persist_security,
+                            persist_applies=self.cluster_security is not None)
+
+        def answer_later(api: Callable[[Any, str], Coroutine[Any, Any, Response]],
+                         ) -> Callable[..., None]:
+            def handle(conn: Peer, cid: int, request: Request) -> None:
+                self._defer(conn, cid, request, api(request, conn.principal), reply=True)
+            return handle
+
+        self._handlers.update({
+            DescribeAclsRequest: lambda conn, cid, request: conn.reply(
+                cid, apis.describe_acls(request)),
+            CreateAclsRequest: answer_later(apis.create_acls),
+            DeleteAclsRequest: answer_later(apis.delete_acls),
+            DescribeUserScramCredentialsRequest: lambda conn, cid, request: conn.reply(
+                cid, apis.describe_credentials(request)),
+            AlterUserScramCredentialsRequest: answer_later(apis.alter_credentials),
+        })
+
+    async def _persist_security(self, bindings: list[AclBinding],
+                                credentials: CredentialTable) -> None:
+        """Durable before it is answered (``broker.security_apis``): in a cluster, in
+        etcd (and applied); alone, in the data dir, off the loop, as it fsyncs."""
+        if self.cluster_security is not None:
+            await self.cluster_security.persist(bindings, credentials)
+            return
+        await asyncio.get_running_loop().run_in_executor(
+            None, save_security, self.settings.data_dir, bindings, credentials)
+
+    def _renew_if_allowed(self, conn_id: int, heartbeat: HeartbeatFields, now_ms: int,
+                          ) -> Renewal | None:
+        """The heartbeat fast path with the authorizer on: only for a connection allowed
+        to READ the group (a cached decision); otherwise the full path refuses it."""
+        conn, access, coordinator = self._connections.get(conn_id), self._access, \
+            self.coordinator
+        if conn is None or access is None or coordinator is None or not access.check(
+                conn, AclOperation.READ, ResourceType.GROUP, heartbeat[1], audit=False):
+            return None
+        return coordinator.renew(conn_id, heartbeat, now_ms)
+
+    async def _listen(self) -> Listener:
+        """A server per listener, TLS ones sharing one context; the first listener's port
+        is ``port``. In a cluster every listener's address is registered, the
+        inter-broker listener's as the broker's own (``ClusterNode.start``)."""
+        settings = self.settings
+        try:
+            listeners = settings.listener_list()
+            advertised = settings.advertised_listener_list()
+        except SettingsError as exc:
+            raise StartupError(str(exc)) from exc
+        if any(listener.uses_tls for listener in listeners):
+            try:
+                self._tls = ServerTls(TlsFiles(settings.ssl_certfile, settings.ssl_keyfile,
+                                               settings.ssl_cafile, settings.ssl_client_auth))
+            except TlsError as exc:
+                raise StartupError(str(exc)) from exc
+        loop = asyncio.get_running_loop()
+        for listener in listeners:
+            ssl_context = self._tls.context if self._tls and listener.uses_tls else None
+            try:
+                server = await loop.create_server(
+                    functools.partial(self._new_connection, listener),
+                    listener.host or None, listener.port, reuse_address=True, backlog=1024,
+                    ssl=ssl_context, ssl_handshake_timeout=(
+                        settings.ssl_handshake_timeout_ms / 1000 if ssl_context else None))
+            except OSError as exc:
+                flag = f"--listeners {listener}" if settings.listeners.strip() else "--port"
+                raise StartupError(_cannot_listen(flag, listener.host, listener.port,
+                                                  exc)) from exc
+            self._servers.append(server)
+            self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
+        self._port = self.listener_ports[listeners[0].name]
+        self._advertised.update(advertised_addresses(
+            listeners, advertised, settings.advertised_host, self.listener_ports))
+        return listeners[0]
+
+    def reload_tls(self) -> None:
+        """SIGHUP: new TLS handshakes use the certificate and CA files as they are now;
+        open connections keep theirs. Files that do not load leave the old ones."""
+        if self._tls is None:
+            log.info("tls_reload_skipped", reason="no SSL or SASL_SSL listener")
+            return
+        if self._tls.reload():
+            log.info("tls_reloaded", certfile=self.settings.ssl_certfile,
+                     cafile=self.settings.ssl_cafile)
 
     def _forget_offsets_of_deleted_topics(self, fresh: bool) -> None:
         """Tombstone committed offsets of topics that no longer exist: a deletion whose
@@ -386,8 +531,10 @@ class Broker:
         self._closing = True
         if self._listening:  # a start that failed says why itself, once
             log.info("broker_stopping")
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
+        if self.cluster_security is not None:  # its watch uses the cluster's etcd client
+            await self.cluster_security.close()
         if self.cluster is not None:  # leave first: others take over our partitions
             with contextlib.suppress(Exception):
                 await self.cluster.close()
@@ -415,10 +562,10 @@ class Broker:
             self._timer_handle.cancel()
         for conn in list(self._connections.values()):
             conn.close()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):
-                    await self._server.wait_closed()
+                    await server.wait_closed()
         if self._metrics_server is not None:
             shutdown = getattr(self._metrics_server, "shutdown", None)
             if shutdown is not None:
@@ -431,14 +578,21 @@ class Broker:
 
     # --- connections --------------------------------------------------------------------
 
-    def _new_connection(self) -> ClientConnection:
-        conn = ClientConnection(self, self._next_conn_id)
+    def _new_connection(self, listener: Listener) -> ClientConnection:
+        """The protocol of an accepted socket; it counts once open (``connection_made``)."""
+        conn = ClientConnection(self, self._next_conn_id, listener)
         self._next_conn_id += 1
+        return conn
+
+    def connection_made(self, conn: Peer) -> None:
+        """Open, after its TLS handshake if any: a handshake that fails never gets here,
+        and its socket leaves nothing behind (asyncio and uvloop then never call
+        ``connection_lost`` either)."""
+        assert isinstance(conn, ClientConnection)
         if len(self._connections) >= self.settings.max_connections or self._closing:
             conn.refuse("max-connections")
         self._connections[conn.conn_id] = conn
         self.metrics.connections_accepted.inc()
-        return conn
 
     @property
     def connection_count(self) -> int:
@@ -458,6 +612,8 @@ class Broker:
         self._carry_out(self.memory.release(conn.conn_id))
         if self._fetches is not None:
             self._fetches.connection_closed(conn.conn_id)
+        if self._access is not None:
+            self._access.forget(conn.conn_id)
         if self.coordinator is not None and not self._closing:
             self.execute(self.coordinator.connection_closed(conn.conn_id, self.clock()))
 
@@ -501,6 +657,15 @@ class Broker:
 
     def _dispatch(self, conn: Peer, cid: int, client_id: str,
                   request: Request) -> None:
+        if self._access is not None:
+            guarded = guard(request, self._access.allowed_for(conn))
+            if guarded.answer is not None:
+                conn.reply(cid, guarded.answer)
+                return
+            assert guarded.request is not None
+            request = guarded.request
+            if guarded.finish is not None:
+                conn.finish_answer(cid, guarded.finish)
         handler = self._handlers.get(type(request))
         if handler is not None:
             handler(conn, cid, request)
@@ -511,7 +676,9 @@ class Broker:
         if steps is not None:  # read-only and maybe long: DescribeGroups, ListGroups, ...
             self._answer_sliced(conn, cid, request, steps)
             return
-        ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host)
+        principal = conn.principal
+        ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host, principal,
+                             self.security.authorizer.is_super_user(principal))
         if type(request) is DeleteGroupsRequest and len(request.groups_names) > DELETE_CHUNK:
             self._sliced(conn, cid, request, self._delete_groups_steps(ctx, request),
                          lambda response: self._answer_when_durable(conn, cid, response))
@@ -598,7 +765,8 @@ class Broker:
 
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
             fetches.handle(conn.conn_id, request, functools.partial(_reply_fetch, conn, cid),
-                           lambda work: self._defer_long(conn, cid, request, work))
+                           lambda work: self._defer_long(conn, cid, request, work),
+                           principal=conn.principal)
 
         def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
             if topics.creating(request.topic_names):
@@ -628,10 +796,13 @@ class Broker:
             return handle
 
         def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
+            listener = conn.listener.name  # its advertised address is the one answered
             if topics.auto_creates(request):
-                self._defer(conn, cid, request, topics.metadata_creating(request), reply=True)
+                self._defer(conn, cid, request, topics.metadata_creating(request, listener),
+                            reply=True)
             else:
-                self._answer_sliced(conn, cid, request, topics.metadata_steps(request))
+                self._answer_sliced(conn, cid, request,
+                                    topics.metadata_steps(request, listener=listener))
 
         def list_offsets(conn: Peer, cid: int, request: ListOffsetsRequest) -> None:
             self._answer_sliced(conn, cid, request, topics.list_offsets_steps(request))
@@ -654,7 +825,8 @@ class Broker:
             FetchRequest: fetch,
             ApiVersionsRequest: answer(lambda _: topics.api_versions()),
             MetadataRequest: metadata,
-            FindCoordinatorRequest: answer(topics.find_coordinator),
+            FindCoordinatorRequest: lambda conn, cid, request: conn.reply(
+                cid, topics.find_coordinator(request, conn.listener.name)),
             ListOffsetsRequest: list_offsets,
             OffsetsForLeaderEpochRequest: offsets_for_leader_epoch,
             CreateTopicsRequest: answer_later(topics.create_topics),
@@ -810,10 +982,13 @@ class Broker:
                           ) -> dict[type, Callable[..., None]]:
         """Cluster mode: topics, brokers and coordinators come from etcd's metadata."""
         def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
+            listener = conn.listener.name  # each broker's address for it is answered
             if apis.auto_creates(request):
-                self._defer(conn, cid, request, apis.metadata_creating(request), reply=True)
+                self._defer(conn, cid, request, apis.metadata_creating(request, listener),
+                            reply=True)
             else:
-                self._answer_sliced(conn, cid, request, apis.metadata_steps(request))
+                self._answer_sliced(conn, cid, request,
+                                    apis.metadata_steps(request, listener=listener))
 
         def later(api: Callable[[Any], Coroutine[Any, Any, Response]]) -> Callable[..., None]:
             def handle(conn: Peer, cid: int, request: Request) -> None:
@@ -824,7 +999,7 @@ class Broker:
             **local,
             MetadataRequest: metadata,
             FindCoordinatorRequest: lambda conn, cid, request: conn.reply(
-                cid, apis.find_coordinator(request)),
+                cid, apis.find_coordinator(request, conn.listener.name)),
             CreateTopicsRequest: later(apis.create_topics),
             CreatePartitionsRequest: later(apis.create_partitions),
             DeleteTopicsRequest: later(apis.delete_topics),

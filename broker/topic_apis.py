@@ -97,10 +97,14 @@ class TopicApis:
     def __init__(self, settings: BrokerSettings, store: TopicStore, *, port: Callable[[], int],
                  on_append: Callable[[str, int], None],
                  on_created: Callable[[], None] = lambda: None,
-                 leadership: Leadership | None = None) -> None:
+                 leadership: Leadership | None = None,
+                 address: Callable[[str], tuple[str, int]] | None = None) -> None:
         """``on_created`` runs on the loop once a creation's partitions exist;
-        ``leadership`` says which partitions this broker serves (all, alone)."""
+        ``leadership`` says which partitions this broker serves (all, alone);
+        ``address``: the host and port advertised for a listener, by name (without
+        it, ``--advertised-host`` and ``port``)."""
         self._settings = settings
+        self._address = address
         self._leadership: Leadership = (SingleBroker(store.partition_count)
                                         if leadership is None else leadership)
         self._store = store
@@ -176,14 +180,21 @@ class TopicApis:
             max_frame_bytes=self._settings.max_frame_bytes,
         )
 
-    def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    def advertised(self, listener: str | None) -> tuple[str, int]:
+        """Kafka's rule: a client is told the address of the listener it came in on."""
+        if listener is not None and self._address is not None:
+            return self._address(listener)
+        return self._settings.advertised, self._port()
+
+    def find_coordinator(self, request: FindCoordinatorRequest,
+                         listener: str | None = None) -> FindCoordinatorResponse:
         if request.key_type != 0:
             return FindCoordinatorResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
                 error_message=f"key_type: only 0 (group) is supported, got {request.key_type}",
             )
-        return FindCoordinatorResponse(node_id=NODE_ID, host=self._settings.advertised,
-                                       port=self._port())
+        host, port = self.advertised(listener)
+        return FindCoordinatorResponse(node_id=NODE_ID, host=host, port=port)
 
     def auto_creates(self, request: MetadataRequest) -> bool:
         """Whether ``request`` names a topic Metadata would create (then answer it with
@@ -195,7 +206,8 @@ class TopicApis:
         return any(store.partition_count(t.name) is None
                    and store.creation_in_flight(t.name) is None for t in request.topics)
 
-    async def metadata_creating(self, request: MetadataRequest) -> MetadataResponse:
+    async def metadata_creating(self, request: MetadataRequest,
+                                listener: str | None = None) -> MetadataResponse:
         """Metadata that first creates the unknown topics it names (auto-creation)."""
         failed: dict[str, StorageError] = {}
         created: list[Creation] = []
@@ -217,15 +229,16 @@ class TopicApis:
             else:
                 log.info("topic_auto_created", topic=creation.name,
                          partitions=creation.total)
-        return self.metadata(request, failed)
+        return self.metadata(request, failed, listener)
 
     def metadata(self, request: MetadataRequest,
-                 failed: dict[str, StorageError] | None = None) -> MetadataResponse:
-        return run_steps(self.metadata_steps(request, failed))
+                 failed: dict[str, StorageError] | None = None,
+                 listener: str | None = None) -> MetadataResponse:
+        return run_steps(self.metadata_steps(request, failed, listener))
 
     def metadata_steps(self, request: MetadataRequest,
                        failed: dict[str, StorageError] | None = None,
-                       ) -> Steps[MetadataResponse]:
+                       listener: str | None = None) -> Steps[MetadataResponse]:
         """A step per topic, or per ``METADATA_STEP`` partitions of a large one."""
         store = self._store
         if request.topics is None:
@@ -260,9 +273,9 @@ class TopicApis:
                 yield
             topics.append(MetadataTopic(name=name, is_internal=store.is_internal(name),
                                         partitions=partitions))
+        host, port = self.advertised(listener)
         return MetadataResponse(
-            brokers=[MetadataBroker(node_id=NODE_ID, host=self._settings.advertised,
-                                    port=self._port())],
+            brokers=[MetadataBroker(node_id=NODE_ID, host=host, port=port)],
             cluster_id=store.cluster_id, controller_id=NODE_ID, topics=topics,
         )
 

@@ -1,4 +1,5 @@
-"""``groupwire broker``: run the broker until SIGTERM or SIGINT, then stop it gracefully."""
+"""``groupwire broker``: run the broker until SIGTERM or SIGINT, then stop it gracefully;
+SIGHUP re-reads the TLS certificate files."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ async def run_broker(settings: config.BrokerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.request_stop)
+    # certificates renewed on disk are taken by new connections, open ones kept
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_tls)
     try:
         await broker.start()
     except StartupError as exc:

@@ -32,12 +32,21 @@ from rich.console import Console
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.logs import configure_logging
 from groupwire.broker.server import Broker, StartupError
-from groupwire.cli.arguments import parse_address, positive_int
+from groupwire.cli.arguments import (
+    add_security_flags,
+    parse_address,
+    positive_int,
+    security_from_properties,
+    security_properties,
+)
+from groupwire.cli.child_security import child_env, open_connection
 from groupwire.cli.errors import CliError
 from groupwire.cli.output import console
 from groupwire.cli.running import run_sdk
 from groupwire.client.connection import Connection
+from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
+from groupwire.client.security import SecurityConfig
 from groupwire.protocol.batches import decode_records
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -70,6 +79,10 @@ class DemoOptions:
     session_timeout_ms: int = 10000
     bootstrap: str | None = None
     """An existing broker to run against; None starts one of the demo's own."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """How the demo's clients reach ``bootstrap`` (its own broker is plaintext)."""
+    client_properties: dict[str, str] = field(default_factory=dict, repr=False)
+    """``security`` as Kafka client properties: the consumer processes build their own."""
 
 
 @dataclass(frozen=True)
@@ -140,11 +153,13 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
 async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int:
     signals = _Signals(session_timeout_ms=opts.session_timeout_ms, grace_ms=target.grace_ms)
     try:
-        admin = await Connection.open(target.host, target.port, client_id="demo-admin",
-                                      connect_timeout=5)
+        admin = await open_connection(target.host, target.port, opts.security,
+                                      client_id="demo-admin", timeout=5)
     except OSError as exc:
         raise CliError(f"cannot reach a broker at {target.bootstrap}: "
                        f"{exc.strerror or exc or type(exc).__name__}") from exc
+    except GroupwireError as exc:  # refused credentials, a TLS listener spoken to in plain
+        raise CliError(f"cannot use the broker at {target.bootstrap}: {exc}") from exc
     consumers: list[ConsumerProc] = []
     readers: list[asyncio.Future[None]] = []
     watcher: asyncio.Future[None] | None = None
@@ -165,7 +180,7 @@ async def _scenario(target: _Target, opts: DemoOptions, console: Console) -> int
             consumers.append(await _spawn(f"consumer-{i + 1}", target, opts))
         readers = [asyncio.ensure_future(_read_output(c, signals)) for c in consumers]
         watcher = asyncio.ensure_future(_watch_events(target, events_from, console,
-                                                     signals))
+                                                     signals, opts.security))
         await _wait_stable(watcher, opts.consumers, signals)
         await _produce(target, opts, consumers, console, signals, produced)
         await _wait_consumed(consumers, produced, console, signals)
@@ -206,7 +221,9 @@ async def _spawn(name: str, target: _Target, opts: DemoOptions) -> ConsumerProc:
         "--group", target.group, "--topic", target.topic, "--name", name,
         "--session-timeout-ms", str(opts.session_timeout_ms), "--stop-on-stdin-eof",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        start_new_session=True,
+        # the settings (a password among them) go in the environment, never in argv
+        env={**os.environ, **child_env(opts.client_properties), "PYTHONUNBUFFERED": "1"})
     return ConsumerProc(name, proc)
 
 
@@ -251,9 +268,10 @@ async def _end_offset(conn: Connection, topic: str, partition: int) -> int:
 
 
 async def _watch_events(target: _Target, offset: int, console: Console,
-                        signals: _Signals) -> None:
+                        signals: _Signals, security: SecurityConfig) -> None:
     """Print the group's events as the broker writes them (a long-poll fetch loop)."""
-    conn = await Connection.open(target.host, target.port, client_id="demo-events")
+    conn = await open_connection(target.host, target.port, security,
+                                 client_id="demo-events", timeout=10)
     members: set[str] = set()
     try:
         while True:
@@ -330,7 +348,7 @@ async def _produce(target: _Target, opts: DemoOptions, consumers: list[ConsumerP
     as they come (an interrupted run reports how far it got)."""
     victim = consumers[1] if len(consumers) > 1 else None
     async with Producer(target.bootstrap, client_id="demo-producer",
-                        linger_ms=5) as producer:
+                        linger_ms=5, security=opts.security) as producer:
         t0 = time.monotonic()
         pending = []
         for i in range(opts.messages):
@@ -383,7 +401,8 @@ def register(subparsers: Any) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     configure_logging("console", "error")
-    return run_sdk(lambda stop: run_demo(options_from(args), console()))
+    opts = options_from(args)  # a password prompt, if any, before anything starts
+    return run_sdk(lambda stop: run_demo(opts, console()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -406,9 +425,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session-timeout-ms", type=positive_int,
                         default=d.session_timeout_ms,
                         help=f"consumers' session timeout (default {d.session_timeout_ms})")
+    add_security_flags(parser)  # for a secured --bootstrap; the consumers get them too
 
 
 def options_from(args: argparse.Namespace) -> DemoOptions:
+    """The demo's options; security settings other than plaintext need --bootstrap (the
+    demo's own broker listens in plaintext), a CliError otherwise."""
+    props = security_properties(args)
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT" and args.bootstrap is None:
+        raise CliError(f"security protocol {protocol}: the demo's own broker listens in "
+                       "plaintext; pass --bootstrap with a secured broker's listener")
     return DemoOptions(messages=args.messages, partitions=args.partitions,
                        consumers=args.consumers, rate=args.rate, data_dir=args.data_dir,
-                       session_timeout_ms=args.session_timeout_ms, bootstrap=args.bootstrap)
+                       session_timeout_ms=args.session_timeout_ms, bootstrap=args.bootstrap,
+                       security=security_from_properties(props), client_properties=props)

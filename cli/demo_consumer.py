@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 
+from groupwire.cli.child_security import security_from_env
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import CommitFailedError, RebalanceInProgressError
 
@@ -47,7 +48,8 @@ async def consume(args: argparse.Namespace) -> None:
         args.bootstrap, group_id=args.group, client_id=args.name,
         enable_auto_commit=False, auto_offset_reset="earliest",
         session_timeout_ms=args.session_timeout_ms,
-        heartbeat_interval_ms=max(100, args.session_timeout_ms // 10))
+        heartbeat_interval_ms=max(100, args.session_timeout_ms // 10),
+        security=security_from_env())  # the demo's settings, from the environment
     async with consumer:
         consumer.subscribe([args.topic])
         while not stop.is_set():

@@ -14,7 +14,18 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from groupwire.broker.config import SettingsError
-from groupwire.cli import broker, cluster, demo, groups, health, records, report, topics
+from groupwire.cli import (
+    acls,
+    broker,
+    cluster,
+    demo,
+    groups,
+    health,
+    records,
+    report,
+    topics,
+    users,
+)
 from groupwire.cli.chaos import command as chaos
 from groupwire.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError
 from groupwire.client.cluster import SOFTWARE_VERSION
@@ -43,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(sub)
     groups.register(sub)
     cluster.register(sub)
+    acls.register(sub)
+    users.register(sub)
     records.register(sub)  # produce, consume
     chaos.register(sub)
     report.register(sub)

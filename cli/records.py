@@ -17,13 +17,18 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from groupwire.cli.arguments import add_connection_flags, non_negative_int, positive_int
+from groupwire.cli.arguments import (
+    add_connection_flags,
+    non_negative_int,
+    positive_int,
+    security_from_args,
+)
 from groupwire.cli.errors import CliError
 from groupwire.cli.output import emit_json, note, table
 from groupwire.cli.running import CLIENT_ID, Stop, run_sdk
 from groupwire.client.admin import Admin
 from groupwire.client.consumer import Consumer
-from groupwire.client.errors import CorruptRecordError
+from groupwire.client.errors import CorruptRecordError, UnknownTopicOrPartitionError
 from groupwire.client.producer import Producer
 from groupwire.client.types import Record, RecordMetadata, TopicPartition
 
@@ -67,11 +72,13 @@ def register(subparsers: Any) -> None:
 
 def produce(args: argparse.Namespace) -> int:
     """Send records until stdin ends or a signal stops it; a summary of what landed."""
+    security = security_from_args(args)
 
     async def main(stop: Stop) -> int:
         acks: int | str = "all" if args.acks == "all" else int(args.acks)
         async with Producer(args.bootstrap, client_id=CLIENT_ID, acks=acks,
-                            request_timeout_ms=args.timeout_ms) as producer:
+                            request_timeout_ms=args.timeout_ms,
+                            security=security) as producer:
             partitions = await producer.partitions_for(args.topic)  # an unknown topic: now
             if args.partition is not None and args.partition not in partitions:
                 raise CliError(f"--partition {args.partition}: topic {args.topic!r} has "
@@ -162,18 +169,22 @@ def consume(args: argparse.Namespace) -> int:
     Ends after ``--max-messages``, ``--idle-timeout-ms`` of quiet, or SIGINT/SIGTERM; each
     way it leaves the group (committing what it printed) and says how many it printed.
     """
+    security = security_from_args(args)
 
     async def main(stop: Stop) -> int:
         async with Admin(args.bootstrap, client_id=CLIENT_ID,
-                         request_timeout_ms=args.timeout_ms) as admin:
-            count = (await admin.list_topics(include_internal=True)).get(args.topic)
+                         request_timeout_ms=args.timeout_ms, security=security) as admin:
+            try:  # a topic the user may not DESCRIBE says so, not "unknown"
+                count = (await admin.describe_topics([args.topic]))[0].partitions
+            except UnknownTopicOrPartitionError:
+                count = 0
         if not count:
             raise CliError(f"unknown topic {args.topic!r} (create it with "
                            "`groupwire topics create`)")
         consumer = Consumer(
             args.bootstrap, group_id=args.group, client_id=CLIENT_ID,
             auto_offset_reset="earliest" if args.from_beginning else "latest",
-            request_timeout_ms=args.timeout_ms)
+            request_timeout_ms=args.timeout_ms, security=security)
         shown = 0
         try:
             async with consumer:

@@ -17,11 +17,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from groupwire.cli.arguments import parse_address
+from groupwire.cli.arguments import (
+    add_security_flags,
+    parse_address,
+    security_from_properties,
+    security_properties,
+)
+from groupwire.cli.child_security import child_env
 from groupwire.cli.errors import CliError
 from groupwire.cli.health import check_health
 from groupwire.cli.output import console as output_console
@@ -61,9 +67,12 @@ def job_command(bootstrap: str, out: Path, *, group: str | None = None,
     return cmd
 
 
-def job_env() -> dict[str, str]:
+def job_env(security: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment; ``security`` (Kafka client properties) goes in as
+    :func:`~groupwire.cli.child_security.child_env` puts it, not on its command line."""
     # the job's Spark workers must run this interpreter, where groupwire is installed
-    return {"PYSPARK_PYTHON": sys.executable, **os.environ, "PYTHONUNBUFFERED": "1"}
+    return {"PYSPARK_PYTHON": sys.executable, **os.environ, **child_env(security or {}),
+            "PYTHONUNBUFFERED": "1"}
 
 
 def last_error(log: Path) -> str:
@@ -81,6 +90,7 @@ def last_error(log: Path) -> str:
 
 
 def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
+            security: Mapping[str, str] | None = None,
             ) -> tuple[int, dict[str, Any] | None]:
     """Run the job, calling ``on_step`` per progress line; its exit code and summary.
 
@@ -94,7 +104,7 @@ def run_job(cmd: list[str], out: Path, on_step: Callable[[str], None],
     try:
         with (out / SPARK_LOG).open("wb") as log:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                    env=job_env())
+                                    env=job_env(security))
             try:
                 assert proc.stdout is not None
                 for line in proc.stdout:
@@ -142,7 +152,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     reason = spark_missing()
     if reason is not None:
         raise CliError(reason)
-    health = run_loop(lambda: check_health(host, port, 5.0))
+    props = security_properties(args)
+    security = security_from_properties(props)
+    health = run_loop(lambda: check_health(host, port, 5.0, security=security))
     if not health["ok"]:
         raise CliError(f"broker {host}:{port} does not answer: {health['error']}")
     out: Path = args.out
@@ -155,7 +167,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             status.update(f"report: {text}")
 
         try:
-            code, summary = run_job(cmd, out, step)
+            code, summary = run_job(cmd, out, step, props)
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)
             status.stop()
@@ -186,6 +198,7 @@ def register(subparsers: Any) -> None:
                     "On a cluster, spark-submit the module groupwire.pipeline.report "
                     "instead.")
     add_arguments(p, default_master="local[*]")
+    add_security_flags(p)
     p.add_argument("--json", action="store_true",
                    help="print the summary as one JSON document (progress stays on stderr)")
     p.set_defaults(func=_cmd_report)

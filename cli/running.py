@@ -11,9 +11,11 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from groupwire.cli.arguments import security_from_args
 from groupwire.cli.errors import CliError
 from groupwire.client.admin import Admin
 from groupwire.client.errors import BrokerNotAvailableError, GroupwireError
+from groupwire.client.security import SecurityConfig
 
 try:
     import uvloop
@@ -122,12 +124,17 @@ def run_sdk(main: Callable[[Stop], Awaitable[int]], *, graceful: bool = False) -
         raise CliError(f"connection failed: {exc}") from exc
 
 
-def run_with_admin(args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]]) -> int:
-    """Run ``body`` with an :class:`Admin` on ``--bootstrap``, as :func:`run_sdk` does."""
+def run_with_admin(args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]], *,
+                   security: SecurityConfig | None = None) -> int:
+    """Run ``body`` with an :class:`Admin` on ``--bootstrap`` (with the security
+    settings of :func:`~groupwire.cli.arguments.security_from_args`), as :func:`run_sdk`
+    does (``security``: already read by a caller that needed them earlier)."""
+    if security is None:
+        security = security_from_args(args)
 
     async def main(stop: Stop) -> int:
         async with Admin(args.bootstrap, client_id=CLIENT_ID,
-                         request_timeout_ms=args.timeout_ms) as admin:
+                         request_timeout_ms=args.timeout_ms, security=security) as admin:
             return await body(admin)
 
     return run_sdk(main)

@@ -11,10 +11,26 @@ them as tables or JSON.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
+import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, NamedTuple, TypeVar
 
+from scramp.utils import saslprep
+
+from groupwire.client.acls import (
+    AclBinding,
+    AclBindingFilter,
+    ScramMechanism,
+    binding_from_match,
+    bindings_from_describe,
+    creation,
+    delete_filter,
+    describe_request,
+    parse_scram_mechanism,
+)
 from groupwire.client.cluster import Cluster, backoff_s
 from groupwire.client.errors import (
     BrokerResponseError,
@@ -22,22 +38,32 @@ from groupwire.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from groupwire.client.security import SecurityConfig
 from groupwire.client.types import OffsetAndMetadata, TopicPartition
 from groupwire.protocol.consumer import decode_assignment, decode_subscription
-from groupwire.protocol.errors import ErrorCode, ProtocolError
+from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolError
 from groupwire.protocol.messages import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreatableTopic,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     ElectLeadersTopic,
@@ -56,6 +82,9 @@ from groupwire.protocol.messages import (
     Rebalance,
     Request,
     Response,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    UserName,
 )
 
 R = TypeVar("R", bound=Response)
@@ -166,17 +195,72 @@ class PartitionLag:
 
 ResetTo = Literal["earliest", "latest"] | int
 
+DEFAULT_SCRAM_ITERATIONS: Final = 4096
+"""Kafka's default (and minimum) PBKDF2 iteration count for a SCRAM credential."""
+SCRAM_SALT_BYTES: Final = 32
+
+
+class ScramCredentialInfo(NamedTuple):
+    """One of a user's SCRAM credentials, as a broker describes it: no salt, no key."""
+
+    mechanism: ScramMechanism
+    iterations: int
+
+
+def scram_upsertion(user: str, password: str, mechanism: ScramMechanism | str,
+                    iterations: int, *, salt: bytes | None = None,
+                    ) -> ScramCredentialUpsertion:
+    """KIP-554's upsertion: a fresh random salt and the salted password, so the password
+    itself is never sent. The password is SASLprep-normalised first (RFC 5802), as the
+    SDK's SCRAM login normalises it, so what is stored is what a login proves."""
+    mech = parse_scram_mechanism(mechanism)
+    if not user:
+        raise ValueError("the user name is empty")
+    if not password:
+        raise ValueError("the password is empty")
+    if iterations < 1:
+        raise ValueError(f"iterations must be at least 1, not {iterations}")
+    salt = secrets.token_bytes(SCRAM_SALT_BYTES) if salt is None else salt
+    digest = "sha256" if mech is ScramMechanism.SCRAM_SHA_256 else "sha512"
+    try:
+        normalised = saslprep(password)
+    except Exception:  # prohibited characters: hashed as given (the broker does the same)
+        normalised = password
+    salted = hashlib.pbkdf2_hmac(digest, normalised.encode("utf-8"), salt, iterations)
+    return ScramCredentialUpsertion(name=user, mechanism=int(mech), iterations=iterations,
+                                    salt=salt, salted_password=salted)
+
+
+def _mechanism_from_wire(code: int) -> ScramMechanism:
+    try:
+        return parse_scram_mechanism(code)
+    except ValueError as exc:
+        raise RemoteProtocolError(f"the broker described an unknown SCRAM mechanism {code}"
+                                  ) from exc
+
 
 class Admin:
     """Administrative operations; an async context manager with ``start``/``close``."""
 
     def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
                  client_id: str = "groupwire-admin", request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000) -> None:
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
+                 security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
+                 sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None,
+                 security: SecurityConfig | None = None) -> None:
+        """``security_protocol`` … ``sasl_plain_password`` are aiokafka's names (or pass
+        one ``security``, as the CLI does); refused credentials raise
+        :class:`AuthenticationFailedError` from ``start``."""
         self._cluster = Cluster(bootstrap, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
-                                retry_backoff_max_ms=retry_backoff_max_ms)
+                                retry_backoff_max_ms=retry_backoff_max_ms,
+                                security=security or SecurityConfig.from_options(
+                                    security_protocol=security_protocol,
+                                    ssl_context=ssl_context, sasl_mechanism=sasl_mechanism,
+                                    sasl_plain_username=sasl_plain_username,
+                                    sasl_plain_password=sasl_plain_password))
 
     async def start(self) -> None:
         await self._cluster.connection()
@@ -477,6 +561,107 @@ class Admin:
             for p in t.partitions:
                 _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
 
+    # --- ACLs and SCRAM credentials ------------------------------------------------------
+    # Sent to the controller, as topic changes are: in a cluster the controller writes
+    # them to the cluster's metadata, and a read after a write there sees the write.
+    # A broker whose authorizer is off answers SecurityDisabledError (ACLs only); one
+    # that does not let the caller DESCRIBE (read) or ALTER (write) the cluster,
+    # ClusterAuthorizationFailedError.
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None,
+                            ) -> list[AclBinding]:
+        """The bindings ``acl_filter`` selects (None: every one), sorted by resource."""
+        f = acl_filter if acl_filter is not None else AclBindingFilter()
+        resp = await self._send(describe_request(f), DescribeAclsResponse, controller=True)
+        return sorted(bindings_from_describe(resp))
+
+    async def create_acls(self, bindings: AclBinding | Iterable[AclBinding],
+                          ) -> dict[AclBinding, BrokerResponseError | None]:
+        """Add bindings; per binding None (it exists now: adding one that exists is no
+        error, as in Kafka) or the error that kept it out. A request the broker refuses
+        as a whole raises (SecurityDisabledError, ClusterAuthorizationFailedError)."""
+        items = list(dict.fromkeys([bindings] if isinstance(bindings, AclBinding)
+                                   else bindings))
+        if not items:
+            return {}
+        resp = await self._send(CreateAclsRequest(creations=[creation(b) for b in items]),
+                                CreateAclsResponse, controller=True)
+        if len(resp.results) != len(items):
+            raise RemoteProtocolError(f"CreateAcls: {len(items)} creations, "
+                                      f"{len(resp.results)} results")
+        return {b: (None if r.error_code == ErrorCode.NONE
+                    else error_for(r.error_code, r.error_message or str(b)))
+                for b, r in zip(items, resp.results, strict=True)}
+
+    async def delete_acls(self, filters: AclBindingFilter | Iterable[AclBindingFilter],
+                          ) -> list[list[AclBinding]]:
+        """Remove every binding each filter selects; per filter (in order) the bindings
+        it removed. Raises the first error of a filter (or of a binding it matched).
+        To see what a filter would remove, ``describe_acls`` it first: both select alike."""
+        items = [filters] if isinstance(filters, AclBindingFilter) else list(filters)
+        if not items:
+            return []
+        resp = await self._send(DeleteAclsRequest(filters=[delete_filter(f) for f in items]),
+                                DeleteAclsResponse, controller=True)
+        if len(resp.filter_results) != len(items):
+            raise RemoteProtocolError(f"DeleteAcls: {len(items)} filters, "
+                                      f"{len(resp.filter_results)} results")
+        out: list[list[AclBinding]] = []
+        for f, r in zip(items, resp.filter_results, strict=True):
+            _raise_for(r.error_code, r.error_message, f"ACL filter {f}")
+            for m in r.matching_acls:
+                _raise_for(m.error_code, m.error_message, str(binding_from_match(m)))
+            out.append(sorted(binding_from_match(m) for m in r.matching_acls))
+        return out
+
+    async def describe_user_scram_credentials(
+            self, users: str | Iterable[str] | None = None,
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iteration counts (never a salt or a key);
+        None: every user that has one. A named user without any raises
+        ResourceNotFoundError."""
+        names = None if users is None else (
+            [users] if isinstance(users, str) else list(dict.fromkeys(users)))
+        resp = await self._send(DescribeUserScramCredentialsRequest(
+            users=None if names is None else [UserName(name=n) for n in names]),
+            DescribeUserScramCredentialsResponse, controller=True)
+        out: dict[str, list[ScramCredentialInfo]] = {}
+        for r in resp.results:
+            _raise_for(r.error_code, r.error_message, f"user {r.user!r}", r.user)
+            out[r.user] = sorted(
+                ScramCredentialInfo(_mechanism_from_wire(c.mechanism), c.iterations)
+                for c in r.credential_infos)
+        return dict(sorted(out.items()))
+
+    async def upsert_user_scram_credential(
+            self, user: str, password: str,
+            mechanism: ScramMechanism | str = ScramMechanism.SCRAM_SHA_256,
+            iterations: int = DEFAULT_SCRAM_ITERATIONS) -> None:
+        """Create or replace ``user``'s credential for ``mechanism``.
+
+        The salt and the salted password (PBKDF2 of the password's UTF-8, as Kafka's
+        tools make it) are computed here, and only they are sent (KIP-554): the password
+        never leaves this process. The broker refuses iteration counts outside
+        4096–16384 (UnacceptableCredentialError)."""
+        upsertion = scram_upsertion(user, password, mechanism, iterations)
+        await self._alter_scram(user, AlterUserScramCredentialsRequest(
+            upsertions=[upsertion]))
+
+    async def delete_user_scram_credential(self, user: str,
+                                           mechanism: ScramMechanism | str) -> None:
+        """Remove ``user``'s credential for ``mechanism`` (ResourceNotFoundError if it
+        has none); the user's connections already authenticated stay open."""
+        mech = parse_scram_mechanism(mechanism)
+        await self._alter_scram(user, AlterUserScramCredentialsRequest(
+            deletions=[ScramCredentialDeletion(name=user, mechanism=int(mech))]))
+
+    async def _alter_scram(self, user: str, request: AlterUserScramCredentialsRequest,
+                           ) -> None:
+        resp = await self._send(request, AlterUserScramCredentialsResponse, controller=True)
+        for r in resp.results:
+            _raise_for(r.error_code, r.error_message, f"user {r.user or user!r}",
+                       r.user or user)
+
     # --- plumbing -------------------------------------------------------------------------
 
     async def _send(self, request: Request, rtype: type[R], *, controller: bool = False) -> R:
@@ -606,7 +791,8 @@ def _topics(data: bytes) -> list[str] | None:
 
 
 __all__ = [
-    "EARLIEST", "LATEST", "Admin", "BrokerDescription", "ClusterDescription",
-    "GroupDescription", "GroupListing", "MemberDescription", "PartitionDescription",
-    "PartitionLag", "TopicDescription", "TopicSpec",
+    "DEFAULT_SCRAM_ITERATIONS", "EARLIEST", "LATEST", "Admin", "BrokerDescription",
+    "ClusterDescription", "GroupDescription", "GroupListing", "MemberDescription",
+    "PartitionDescription", "PartitionLag", "ScramCredentialInfo", "TopicDescription",
+    "TopicSpec",
 ]

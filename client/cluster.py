@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import random
 import socket
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Final, TypeVar
 
-from groupwire.client.connection import Connection, show_answer
+from groupwire.client.connection import Connection, show_answer, tls_failure
 from groupwire.client.errors import (
     BrokerNotAvailableError,
     ClientClosedError,
@@ -33,8 +34,11 @@ from groupwire.client.errors import (
     GroupwireError,
     IncompatibleBrokerError,
     RequestTimedOutError,
+    TlsHandshakeError,
     error_for,
 )
+from groupwire.client.sasl import authenticate
+from groupwire.client.security import SecurityConfig
 from groupwire.client.types import TopicPartition, parse_bootstrap
 from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -119,7 +123,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
-                       connected_once: bool) -> None:
+                       connected_once: bool, tls: bool = False) -> None:
     """Raise when a full round failed for reasons waiting will not mend: all not groupwire;
     or, for a client that never connected, all refused or unresolvable (Kafka's clients
     refuse a bootstrap list with no resolvable address, too), or all closed at once round
@@ -129,14 +133,18 @@ def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
         raise IncompatibleBrokerError("; ".join(str(e) for e in errors)) from errors[-1]
     if connected_once:
         return
-    if all(isinstance(e, ConnectionRefusedError | socket.gaierror | IncompatibleBrokerError)
-           for e in errors):
+    if all(isinstance(e, ConnectionRefusedError | socket.gaierror | IncompatibleBrokerError
+                      | TlsHandshakeError) for e in errors):
+        if all(isinstance(e, TlsHandshakeError) for e in errors):
+            raise TlsHandshakeError("; ".join(dict.fromkeys(str(e) for e in errors))
+                                    ) from errors[-1]
         raise BrokerNotAvailableError(
             f"no broker reachable at {_describe(failures)}") from errors[-1]
     if rounds >= CLOSED_HANDSHAKE_ROUNDS and all(
             isinstance(e, ConnectionClosedError) for e in errors):
         raise BrokerNotAvailableError(
             f"no broker reachable at {_describe(failures)} (is it a groupwire broker?)"
+            f"{'' if tls else '; a TLS listener needs security_protocol SSL or SASL_SSL'}"
         ) from errors[-1]
 
 
@@ -177,9 +185,13 @@ class Cluster:
 
     def __init__(self, bootstrap: str | list[str], *, client_id: str = "groupwire",
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 1000) -> None:
+                 retry_backoff_max_ms: int = 1000,
+                 security: SecurityConfig | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        self.security = security or SecurityConfig()
+        """How every connection of this client is made (TLS, SASL)."""
+        self._tls = self.security.tls_context()
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
@@ -268,7 +280,8 @@ class Cluster:
             attempt += 1
             rounds, end_of_round = divmod(attempt, n)
             if end_of_round == 0:
-                _raise_if_hopeless(round_failures, rounds, self._connected_once)
+                _raise_if_hopeless(round_failures, rounds, self._connected_once,
+                                   self._tls is not None)
                 round_failures = {}
             # Back off only once every address of the list has failed in this round.
             delay = backoff_s(rounds, self.retry_backoff_ms, self.retry_backoff_max_ms
@@ -281,17 +294,20 @@ class Cluster:
 
     async def open_one(self, host: str, port: int, timeout: float) -> Connection:
         """One connection to ``host:port``, opened and checked by ApiVersions within
-        ``timeout`` s in all, with no retry: raises what went wrong (OSError for a refusal,
-        :class:`IncompatibleBrokerError` for a peer that is no groupwire broker,
-        ConnectionClosedError for one that hung up, TimeoutError for silence; the last two
-        say what happened without the address, which the caller names)."""
+        ``timeout`` s in all, then authenticated when the client uses SASL, with no retry:
+        raises what went wrong (OSError for a refusal, :class:`TlsHandshakeError` for a
+        failed TLS handshake, :class:`IncompatibleBrokerError` for a peer that is no
+        groupwire broker, ConnectionClosedError for one that hung up, TimeoutError for
+        silence; the last two say what happened without the address, which the caller
+        names; :class:`AuthenticationFailedError`, which no caller retries, for refused
+        credentials)."""
         address = f"{host}:{port}"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
             conn = await Connection.open(host, port, client_id=self.client_id,
                                          max_frame_bytes=self.max_frame_bytes,
-                                         connect_timeout=timeout)
+                                         connect_timeout=timeout, ssl_context=self._tls)
         except TimeoutError:
             raise TimeoutError(f"no connection within {timeout * 1000:.0f} ms") from None
         try:
@@ -303,6 +319,14 @@ class Cluster:
         except ConnectionClosedError as exc:
             await conn.close()
             head = conn.received_head
+            if isinstance(conn.failure, ssl.SSLError):
+                # TLS 1.3: a client certificate the broker refused shows up at the first read
+                raise TlsHandshakeError(tls_failure(address, conn.failure)) from exc
+            if head[:1] in (b"\x15", b"\x16") and head[1:2] == b"\x03":
+                raise IncompatibleBrokerError(
+                    f"{address} speaks TLS: set security_protocol to SSL or SASL_SSL",
+                    reason="it speaks TLS: set security_protocol to SSL or SASL_SSL"
+                ) from exc
             if isinstance(conn.failure, ProtocolError) or head:
                 why = (f"it answered {show_answer(head)}" if head else
                        f"its answer is not the groupwire protocol ({conn.failure})")
@@ -311,6 +335,14 @@ class Cluster:
                 raise IncompatibleBrokerError(
                     f"{address} is not a groupwire broker: {why}",
                     reason=f"not a groupwire broker: {why}") from exc
+            if self._tls is not None and not head:
+                # asyncio reads TLS 1.3's "certificate required" / "bad certificate" alert,
+                # sent once the handshake is over, as a plain end of stream
+                raise TlsHandshakeError(
+                    f"{address} closed the TLS connection without answering: a broker "
+                    "that requires a client certificate refuses one that is missing, "
+                    "expired or not signed by a CA it trusts this way (check the "
+                    "certificate ssl_context presents)") from exc
             how = "reset" if isinstance(conn.failure, ConnectionResetError) else "closed"
             raise ConnectionClosedError(f"{how} the connection without answering") from exc
         except TimeoutError:
@@ -327,6 +359,16 @@ class Cluster:
             self.max_frame_bytes = announced
             await conn.close()
             return await self.open_one(host, port, max(deadline - loop.time(), 0.001))
+        try:
+            await authenticate(conn, self.security, max(deadline - loop.time(), 0.001))
+        except TimeoutError:
+            await conn.close()
+            raise TimeoutError(f"connected, but {self.security.sasl_mechanism} "
+                               f"authentication did not finish within "
+                               f"{timeout * 1000:.0f} ms") from None
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
     def _check_versions(self, resp: ApiVersionsResponse) -> None:

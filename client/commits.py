@@ -99,7 +99,7 @@ class Committer:
                     "removed or fenced): its partitions may belong to others now")
             generation, member_id = sent.generation_id, sent.member_id
         request = self._request(self._group_id, chosen, generation, member_id)
-        code = await self._send_with_retries(request)
+        code, topic = await self._send_with_retries(request)
         if code == ErrorCode.NONE:
             return
         if code in GROUP_ERRORS and generation >= 0:
@@ -115,7 +115,7 @@ class Committer:
                                     "moved to a new generation without this member")
         if code == ErrorCode.PARTITION_NOT_OWNED:
             raise CommitFailedError("commit refused: partitions not owned by this member")
-        raise error_for(code, "commit failed")
+        raise error_for(code, "commit failed", topic=topic, group_id=self._group_id)
 
     def _request(self, group_id: str, chosen: dict[TopicPartition, OffsetAndMetadata],
                  generation: int, member_id: str) -> OffsetCommitRequest:
@@ -130,9 +130,11 @@ class Committer:
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()])
 
-    async def _send_with_retries(self, request: OffsetCommitRequest) -> int:
-        """The answer's deciding error code (NONE when every offset was stored), after
-        resending while it is retriable and the request timeout has not passed."""
+    async def _send_with_retries(self, request: OffsetCommitRequest,
+                                 ) -> tuple[int, str | None]:
+        """The answer's deciding error code (NONE when every offset was stored) and the
+        first topic answered with it, after resending while it is retriable and the
+        request timeout has not passed."""
         deadline = self._clock() + self._timeout_ms
         attempt = 0
         while True:
@@ -141,11 +143,12 @@ class Committer:
             codes = {p.error_code for t in resp.topics for p in t.partitions}
             codes = (codes | {resp.error_code}) - {ErrorCode.NONE}
             if not codes:
-                return ErrorCode.NONE
+                return ErrorCode.NONE, None
             code: int = min(codes, key=lambda c: (c not in GROUP_ERRORS, c))
             if (code in GROUP_ERRORS or code == ErrorCode.PARTITION_NOT_OWNED
                     or not error_for(code).retriable or self._clock() >= deadline):
-                return code
+                return code, next((t.name for t in resp.topics for p in t.partitions
+                                   if p.error_code == code), None)
             attempt += 1  # retriable (coordinator moving, timeouts): back off and resend
             if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
                 await self._link.drop()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from typing import TypeVar
 
-from groupwire.client.errors import ConnectionClosedError
+from groupwire.client.errors import ConnectionClosedError, TlsHandshakeError
 from groupwire.client.supervisor import cancel_and_wait
 from groupwire.protocol.codec import decode_response_body, decode_response_envelope, encode_request
 from groupwire.protocol.errors import BodyError, ProtocolError, RemoteProtocolError
@@ -33,6 +34,27 @@ def show_answer(data: bytes) -> str:
     line = data.split(b"\n", 1)[0].rstrip(b"\r")
     text = "".join(c if c.isprintable() else "." for c in line[:40].decode("latin-1"))
     return repr(text + ("..." if len(line) > 40 or len(line) < len(data) - 2 else ""))
+
+
+def tls_failure(address: str, exc: BaseException) -> str:
+    """One sentence on a failed TLS handshake with ``address``: the reason OpenSSL gave,
+    and what usually causes it."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = exc.verify_message or exc.reason or str(exc)
+        return (f"TLS handshake with {address} failed: certificate verify failed: {why} "
+                f"(the ssl_context does not trust the broker's certificate, or the "
+                f"certificate does not name {address.rpartition(':')[0]})")
+    reason = getattr(exc, "reason", None) or ""
+    if isinstance(exc, ssl.SSLError) and reason and "EOF" not in reason.upper():
+        hint = {
+            "WRONG_VERSION_NUMBER": " (the port does not speak TLS: is it a PLAINTEXT "
+                                    "or SASL_PLAINTEXT listener?)",
+            "TLSV13_ALERT_CERTIFICATE_REQUIRED": " (the listener requires a client "
+                                                 "certificate: load one into ssl_context)",
+        }.get(reason, "")
+        return f"TLS handshake with {address} failed: {reason}{hint}"
+    return (f"TLS handshake with {address} failed: the peer closed the connection "
+            f"(is it a TLS listener? security_protocol SSL and SASL_SSL need one)")
 
 
 class Connection:
@@ -58,11 +80,33 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int, *, client_id: str | None = "groupwire",
                    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                   connect_timeout: float = 10.0) -> Connection:
+                   connect_timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None,
+                   server_hostname: str | None = None) -> Connection:
+        """Connect (over TLS with ``ssl_context``, checking the certificate names
+        ``server_hostname``, by default ``host``). A failed TLS handshake raises
+        :class:`TlsHandshakeError` saying, in one sentence, what went wrong where."""
         # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
         # lands as the connection completes, and the caller (Ctrl-C) would run on
-        async with asyncio.timeout(connect_timeout):
-            reader, writer = await asyncio.open_connection(host, port, limit=_READ_CHUNK)
+        try:
+            async with asyncio.timeout(connect_timeout):
+                if ssl_context is None:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, limit=_READ_CHUNK)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, limit=_READ_CHUNK, ssl=ssl_context,
+                        server_hostname=server_hostname or host,
+                        ssl_handshake_timeout=connect_timeout)
+        except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as exc:
+            if ssl_context is None:
+                raise
+            raise TlsHandshakeError(tls_failure(f"{host}:{port}", exc)) from exc
+        except OSError as exc:
+            # an EOF in the handshake (a plaintext peer hung up on our ClientHello)
+            if ssl_context is None or isinstance(exc, ConnectionRefusedError | TimeoutError
+                                                 ) or exc.errno is not None:
+                raise
+            raise TlsHandshakeError(tls_failure(f"{host}:{port}", exc)) from exc
         return cls(reader, writer, client_id=client_id, max_frame_bytes=max_frame_bytes)
 
     @property

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from groupwire.client.clock import Clock, monotonic_ms
 from groupwire.client.commits import Committer
 from groupwire.client.errors import (
     BackgroundTaskError,
+    BrokerResponseError,
     ClientClosedError,
     IllegalStateError,
     error_for,
@@ -49,6 +51,7 @@ from groupwire.client.listener import RebalanceListener
 from groupwire.client.membership import Membership, MemberState
 from groupwire.client.metadata_watch import MetadataWatch
 from groupwire.client.rebalance import Rebalancer
+from groupwire.client.security import SecurityConfig
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.supervisor import TaskSupervisor
 from groupwire.client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
@@ -64,6 +67,9 @@ class Consumer:
 
     ``clock`` (monotonic milliseconds; default the process's monotonic clock) is the one
     source of time for the consumer and its heartbeat thread: tests pass their own.
+    ``security_protocol``, ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``
+    and ``sasl_plain_password`` are aiokafka's (or pass one ``security``); refused
+    credentials raise :class:`AuthenticationFailedError` from ``start``.
     """
 
     def __init__(self, bootstrap: str | list[str], *, group_id: str | None = None,
@@ -77,12 +83,21 @@ class Consumer:
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  metadata_max_age_ms: int = 30000, close_timeout_ms: int = 5000,
-                 clock: Clock = monotonic_ms) -> None:
+                 clock: Clock = monotonic_ms, security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str = "PLAIN",
+                 sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None,
+                 security: SecurityConfig | None = None) -> None:
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be >= 1")
         self._bootstrap = parse_bootstrap(bootstrap)
+        # one value for every connection, the heartbeat thread's included
+        self._security = security or SecurityConfig.from_options(
+            security_protocol=security_protocol, ssl_context=ssl_context,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.group_id = group_id
         self.client_id = client_id
         self.group_instance_id = group_instance_id
@@ -104,7 +119,8 @@ class Consumer:
         self._tasks = TaskSupervisor("groupwire-consumer", on_crash=self._wake)
         self._link = CoordinatorLink(
             self._bootstrap, group_id=group_id, client_id=client_id,
-            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms)
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            security=self._security)
         self._fetcher = Fetcher(
             self._subs, self._link.send, auto_offset_reset=auto_offset_reset,
             fetch_max_wait_ms=fetch_max_wait_ms, fetch_min_bytes=fetch_min_bytes,
@@ -165,7 +181,7 @@ class Consumer:
                 heartbeat_interval_ms=self._heartbeat_ms, session_timeout_ms=self._session_ms,
                 request_timeout_ms=self._request_timeout_ms,
                 retry_backoff_ms=self._backoff_ms, notify=self._notify_threadsafe,
-                clock=self._clock, bootstrap=self._bootstrap)
+                clock=self._clock, bootstrap=self._bootstrap, security=self._security)
             self._hb.start()
         self._commits.start()
         self._metadata.postpone()
@@ -422,9 +438,13 @@ class Consumer:
         if err is not None:
             raise err
         if self._m.fatal_code is not None:
-            raise error_for(self._m.fatal_code, "this member was fenced or cannot join")
+            raise error_for(self._m.fatal_code, "this member was fenced or cannot join",
+                            group_id=self.group_id)
 
     def _check_heartbeat_thread(self) -> None:
+        if self._hb_error is None and self._hb is not None and isinstance(
+                self._hb.error, BrokerResponseError):
+            raise self._hb.error  # the broker refused its credentials or ACLs: as it said
         if self._hb_error is None and self._hb is not None and self._hb.error is not None:
             err = BackgroundTaskError(f"the heartbeat thread crashed: {self._hb.error!r}")
             err.__cause__ = self._hb.error

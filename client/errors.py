@@ -13,8 +13,15 @@
     ├── ClientClosedError            the client was closed
     ├── IncompatibleBrokerError      the broker speaks no version of an API the client needs
     └── BrokerNotAvailableError      no broker reachable in time (also a
-                                     ``ConnectionError``); ``BrokerNotAvailableResponseError``,
-                                     code 8, is both it and a BrokerResponseError
+        │                            ``ConnectionError``); ``BrokerNotAvailableResponseError``,
+        │                            code 8, is both it and a BrokerResponseError
+        └── TlsHandshakeError        the TLS handshake failed (certificate not trusted,
+                                     a peer that does not speak TLS)
+
+Security refusals are BrokerResponseErrors, never retried: ``AuthenticationFailedError``
+(SASL_AUTHENTICATION_FAILED, raised when the client starts), and
+``TopicAuthorizationFailedError`` / ``GroupAuthorizationFailedError`` (``.topic`` /
+``.group_id`` name the resource) / ``ClusterAuthorizationFailedError``.
 
     ConnectionError
     └── ConnectionClosedError        a connection closed before its answer came; the
@@ -35,11 +42,13 @@ from groupwire.protocol.batches import CorruptBatchError
 from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolError
 
 __all__ = [
+    "AuthenticationFailedError",
     "BackgroundTaskError",
     "BrokerNotAvailableError",
     "BrokerNotAvailableResponseError",
     "BrokerResponseError",
     "ClientClosedError",
+    "ClusterAuthorizationFailedError",
     "CommitFailedError",
     "ConnectionClosedError",
     "CoordinatorLoadInProgressError",
@@ -47,6 +56,7 @@ __all__ = [
     "CorruptBatchError",
     "CorruptMessageError",
     "CorruptRecordError",
+    "DuplicateResourceError",
     "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "GroupAuthorizationFailedError",
@@ -54,6 +64,7 @@ __all__ = [
     "GroupMaxSizeReachedError",
     "GroupwireError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "IllegalStateError",
     "IncompatibleBrokerError",
     "InconsistentGroupProtocolError",
@@ -86,12 +97,18 @@ __all__ = [
     "RemoteProtocolError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
+    "ResourceNotFoundError",
+    "SecurityDisabledError",
+    "TlsHandshakeError",
     "TopicAlreadyExistsError",
+    "TopicAuthorizationFailedError",
+    "UnacceptableCredentialError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
     "error_for",
 ]
@@ -144,6 +161,12 @@ class BackgroundTaskError(GroupwireError):
 
 class BrokerNotAvailableError(GroupwireError, ConnectionError):
     """No broker of the bootstrap list could be reached (and checked) in time."""
+
+
+class TlsHandshakeError(BrokerNotAvailableError):
+    """The TLS handshake with a broker failed: its certificate is not trusted by the
+    client's ``ssl_context``, the broker refused the client's certificate, or the peer
+    does not speak TLS. Retrying the same address will not mend it."""
 
 
 class IncompatibleBrokerError(GroupwireError):
@@ -288,8 +311,80 @@ class InvalidCommitOffsetSizeError(BrokerResponseError):
     code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
 
 
+class TopicAuthorizationFailedError(BrokerResponseError):
+    """The broker's ACLs do not allow this principal the operation on ``topic``."""
+
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+    def __init__(self, message: str = "", *, code: int | None = None,
+                 topic: str | None = None) -> None:
+        self.topic = topic
+        if topic is not None:
+            what = f"not authorized to access topic {topic!r}"
+            message = f"{what} ({message})" if message and topic not in message else what
+        super().__init__(message, code=code)
+
+
 class GroupAuthorizationFailedError(BrokerResponseError):
+    """The broker's ACLs do not allow this principal the operation on group ``group_id``
+    (or the member id named belongs to another principal)."""
+
     code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+    def __init__(self, message: str = "", *, code: int | None = None,
+                 group_id: str | None = None) -> None:
+        self.group_id = group_id
+        if group_id is not None:
+            what = f"not authorized to access group {group_id!r}"
+            message = f"{what} ({message})" if message and group_id not in message else what
+        super().__init__(message, code=code)
+
+
+class ClusterAuthorizationFailedError(BrokerResponseError):
+    """The operation needs a permission on the cluster this principal lacks."""
+
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class UnsupportedSaslMechanismError(BrokerResponseError):
+    """The broker does not enable the client's ``sasl_mechanism``; the message lists the
+    ones it does."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(BrokerResponseError):
+    """A SASL request out of turn, e.g. SASL on a listener that does not use it."""
+
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class SecurityDisabledError(BrokerResponseError):
+    """An ACL API on a broker whose authorizer is off (``--authorizer acl`` turns it on)."""
+
+    code = ErrorCode.SECURITY_DISABLED
+
+
+class AuthenticationFailedError(BrokerResponseError):
+    """The broker refused this client's credentials (or the client refused the broker's
+    proof, for SCRAM). Raised when the client starts, never retried: waiting does not
+    change a password. The message names the user and mechanism, never the password."""
+
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class ResourceNotFoundError(BrokerResponseError):
+    code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class DuplicateResourceError(BrokerResponseError):
+    code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class UnacceptableCredentialError(BrokerResponseError):
+    """A SCRAM credential the broker will not store (e.g. too few iterations)."""
+
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
 
 
 class UnsupportedVersionError(BrokerResponseError):
@@ -397,7 +492,16 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.INVALID_SESSION_TIMEOUT: InvalidSessionTimeoutError,
     ErrorCode.REBALANCE_IN_PROGRESS: RebalanceInProgressError,
     ErrorCode.INVALID_COMMIT_OFFSET_SIZE: InvalidCommitOffsetSizeError,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: TopicAuthorizationFailedError,
     ErrorCode.GROUP_AUTHORIZATION_FAILED: GroupAuthorizationFailedError,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: ClusterAuthorizationFailedError,
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: UnsupportedSaslMechanismError,
+    ErrorCode.ILLEGAL_SASL_STATE: IllegalSaslStateError,
+    ErrorCode.SECURITY_DISABLED: SecurityDisabledError,
+    ErrorCode.SASL_AUTHENTICATION_FAILED: AuthenticationFailedError,
+    ErrorCode.RESOURCE_NOT_FOUND: ResourceNotFoundError,
+    ErrorCode.DUPLICATE_RESOURCE: DuplicateResourceError,
+    ErrorCode.UNACCEPTABLE_CREDENTIAL: UnacceptableCredentialError,
     ErrorCode.UNSUPPORTED_VERSION: UnsupportedVersionError,
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     ErrorCode.INVALID_PARTITIONS: InvalidPartitionsError,
@@ -419,10 +523,16 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
 }
 
 
-def error_for(code: int, message: str = "") -> BrokerResponseError:
-    """The exception for a broker error code (a generic one for codes we do not know)."""
+def error_for(code: int, message: str = "", *, topic: str | None = None,
+              group_id: str | None = None) -> BrokerResponseError:
+    """The exception for a broker error code (a generic one for codes we do not know);
+    ``topic`` / ``group_id`` name the resource of an authorization failure."""
     try:
         cls = _BY_CODE.get(ErrorCode(code), BrokerResponseError)
     except ValueError:
         cls = BrokerResponseError
+    if cls is TopicAuthorizationFailedError:
+        return TopicAuthorizationFailedError(message, code=code, topic=topic)
+    if cls is GroupAuthorizationFailedError:
+        return GroupAuthorizationFailedError(message, code=code, group_id=group_id)
     return cls(message, code=code)

@@ -12,7 +12,10 @@ dropped; partitions kept across a rebalance keep theirs.
 A record that cannot be read (a poison batch an old broker stored) stops its partition:
 the records before it are buffered as usual, and once the application has polled them all
 :meth:`Fetcher.record_error` hands out a :class:`CorruptRecordError` naming the partition
-and offset, at every poll, until a seek moves the partition on.
+and offset, at every poll, until a seek moves the partition on. A partition the broker's
+ACLs do not let this client read stops the same way, with a
+:class:`TopicAuthorizationFailedError` naming the topic, raised once: the poll after it
+fetches again (an ACL added meanwhile takes effect), as Kafka's consumer does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from groupwire.client.cluster import STALE_METADATA_ERRORS
-from groupwire.client.errors import CorruptRecordError, OffsetOutOfRangeError, error_for
+from groupwire.client.errors import (
+    BrokerResponseError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    error_for,
+)
 from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
 from groupwire.protocol.batches import decode_records_partial
@@ -83,7 +91,8 @@ class Fetcher:
         self._drain_from = 0
         # partition -> (its state then, the fetch offset it stopped at, the error): void
         # once the partition is reassigned or its fetch offset moves (a seek)
-        self._stopped: dict[TopicPartition, tuple[PartitionState, int, CorruptRecordError]] = {}
+        self._stopped: dict[TopicPartition, tuple[
+            PartitionState, int, CorruptRecordError | BrokerResponseError]] = {}
         self.on_done: Callable[[], None] | None = None   # wakes the poll
 
     # --- positions ---------------------------------------------------------------------
@@ -257,6 +266,11 @@ class Fetcher:
                 self._router.mark_stale()
             await asyncio.sleep(self._backoff)
             return
+        if resp.error_code in _REFUSED:
+            for tp, off in offsets.items():
+                self._refuse(tp, off, resp.error_code, resp.error_message,
+                             group.group_id if group is not None else None)
+            return
         if resp.error_code != ErrorCode.NONE:
             # UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID: membership is handled by heartbeats
             log.debug("fetch refused: %s", ErrorCode.name_of(resp.error_code))
@@ -290,6 +304,10 @@ class Fetcher:
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     st.reset_needed = True  # the next poll applies auto_offset_reset
                     continue
+                if p.error_code in _REFUSED:  # ACLs: no retry mends it, the app is told
+                    self._refuse(tp, requested, p.error_code, p.error_message,
+                                 group.group_id if group is not None else None)
+                    continue
                 if p.error_code != ErrorCode.NONE:
                     failed = True
                     continue
@@ -310,15 +328,26 @@ class Fetcher:
         if failed:  # answered at once with an error: do not spin
             await asyncio.sleep(self._backoff)
 
+    def _refuse(self, tp: TopicPartition, at: int, code: int, message: str | None,
+                group_id: str | None) -> None:
+        st = self._subs.partitions.get(tp)
+        if st is None or st.fetch_offset != at:
+            return
+        log.warning("fetch of %s refused: %s", tp, ErrorCode.name_of(code))
+        self._stopped[tp] = (st, at, error_for(code, message or f"Fetch of {tp}",
+                                                topic=tp.topic, group_id=group_id))
+
     def _fetch_timeout_ms(self) -> int:
         """A Fetch waits up to max_wait_ms at the broker: the answer may take that long."""
         assert self._router is not None
         return self._router.request_timeout_ms + self._max_wait_ms
 
-    def record_error(self, only: set[TopicPartition]) -> CorruptRecordError | None:
+    def record_error(self, only: set[TopicPartition],
+                     ) -> CorruptRecordError | BrokerResponseError | None:
         """The error of a partition stopped at a record it cannot read, once every record
         before it has been polled (never instead of them); of ``only`` if given. Stays
-        until the partition is sought elsewhere, as Kafka's consumer does."""
+        until the partition is sought elsewhere, as Kafka's consumer does; a refusal by
+        the broker's ACLs is handed out once."""
         for tp in list(self._stopped):
             at = self._stopped_at(tp)
             if at is None:
@@ -326,7 +355,10 @@ class Fetcher:
             st = self._subs.partitions[tp]
             if not st.paused and not st.buffer and st.position == at and (not only
                                                                           or tp in only):
-                return self._stopped[tp][2]
+                err = self._stopped[tp][2]
+                if not isinstance(err, CorruptRecordError):
+                    del self._stopped[tp]
+                return err
         return None
 
     def _stopped_at(self, tp: TopicPartition) -> int | None:
@@ -369,6 +401,12 @@ class Fetcher:
 
 def _loop_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(coro, name=name)
+
+
+_REFUSED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                      ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                      ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+"""Fetch answers the broker's ACLs gave: raised from the next poll, not retried blindly."""
 
 
 def _raise_for(code: int, message: str | None) -> None:

@@ -10,7 +10,9 @@ When the app has not polled within ``max_poll_interval_ms`` this thread leaves t
 After NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a lost connection it finds the
 coordinator again itself (asking the broker it reached, else the bootstrap list), so a
 moved coordinator gets this member's heartbeats, same member id and generation, without
-waiting for the app's loop.
+waiting for the app's loop. Its connection is made as the app's are (TLS, SASL): the
+broker authenticates each connection; credentials or ACLs it refuses end the thread and
+the app's next poll raises that refusal.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from collections.abc import Callable
 
 from groupwire.client.clock import Clock
 from groupwire.client.connection import Connection
+from groupwire.client.errors import BrokerResponseError
 from groupwire.client.link import COORDINATOR_RETRY_MAX_MS, backoff_ms, find_coordinator_on
 from groupwire.client.membership import Action, Membership
+from groupwire.client.sasl import authenticate
+from groupwire.client.security import SecurityConfig
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     HeartbeatRequest,
@@ -45,7 +50,8 @@ class HeartbeatThread(threading.Thread):
                  heartbeat_interval_ms: int, session_timeout_ms: int,
                  request_timeout_ms: int, retry_backoff_ms: int,
                  notify: Callable[[], None], clock: Clock,
-                 bootstrap: list[tuple[str, int]] | None = None) -> None:
+                 bootstrap: list[tuple[str, int]] | None = None,
+                 security: SecurityConfig | None = None) -> None:
         super().__init__(name=f"groupwire-heartbeat-{group_id}", daemon=True)
         self._m = membership
         self._lock = lock
@@ -55,6 +61,7 @@ class HeartbeatThread(threading.Thread):
         self._found: tuple[str, int] | None = None  # the coordinator this thread found
         self._find_again = False
         self._client_id = client_id
+        self._security = security or SecurityConfig()
         self._interval_ms = heartbeat_interval_ms
         self._session_ms = session_timeout_ms
         self._request_timeout = request_timeout_ms / 1000
@@ -98,6 +105,10 @@ class HeartbeatThread(threading.Thread):
             loop.run_until_complete(self._run())
         except asyncio.CancelledError:
             pass  # stop() cancelled the main task: the thread's normal end
+        except BrokerResponseError as exc:  # credentials or ACLs refused: not a bug
+            log.error("heartbeat connection refused: %s", exc)
+            self.error = exc
+            self._notify()
         except Exception as exc:  # a bug: reported to the app, not lost with the thread
             log.exception("heartbeat thread crashed")
             self.error = exc
@@ -151,13 +162,21 @@ class HeartbeatThread(threading.Thread):
         addr = self._found or self._address()
         if addr is None:
             raise ConnectionError("coordinator unknown")
-        self._conn = await Connection.open(addr[0], addr[1], client_id=self._client_id,
-                                           connect_timeout=self._request_timeout)
+        self._conn = await self._open(addr)
         return self._conn
 
     async def _open(self, addr: tuple[str, int]) -> Connection:
-        return await Connection.open(addr[0], addr[1], client_id=self._client_id,
-                                     connect_timeout=self._request_timeout)
+        """A connection made as the app's are: over TLS and authenticated when the
+        client's security settings say so (the broker authenticates each connection)."""
+        conn = await Connection.open(addr[0], addr[1], client_id=self._client_id,
+                                     connect_timeout=self._request_timeout,
+                                     ssl_context=self._security.tls_context())
+        try:
+            await authenticate(conn, self._security, self._request_timeout)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     async def _locate(self) -> Connection:
         """A connection to the coordinator as a live broker names it: the one this thread

@@ -16,7 +16,8 @@ from typing import Any, Final, TypeVar
 
 from groupwire.client.cluster import Cluster
 from groupwire.client.connection import Connection
-from groupwire.client.errors import ConnectionClosedError, GroupwireError
+from groupwire.client.errors import ConnectionClosedError, GroupwireError, error_for
+from groupwire.client.security import SecurityConfig
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     ApiKey,
@@ -65,9 +66,10 @@ async def find_coordinator_on(conn: Connection, group_id: str, here: tuple[str, 
     """The group's coordinator as the broker at ``here`` (reached by ``conn``) names it;
     ``here`` itself when it is that broker (same address, or the only broker of a
     one-broker cluster, whose advertised address may not be the one dialled). None: no
-    coordinator now."""
+    coordinator now. A refusal no retry mends (GROUP_AUTHORIZATION_FAILED) raises."""
     found = await conn.send(FindCoordinatorRequest(key=group_id), timeout=timeout,
                             response_type=FindCoordinatorResponse)
+    _raise_if_refused(found, group_id)
     if found.error_code != ErrorCode.NONE:
         return None
     addr = (found.host, found.port)
@@ -80,12 +82,22 @@ async def find_coordinator_on(conn: Connection, group_id: str, here: tuple[str, 
     return addr
 
 
+def _raise_if_refused(found: FindCoordinatorResponse, group_id: str) -> None:
+    """FindCoordinator refused by the broker's ACLs (this principal may not DESCRIBE the
+    group): waiting will not mend it, so it is raised, naming the group."""
+    code = found.error_code
+    if code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED):
+        raise error_for(code, found.error_message or f"FindCoordinator for {group_id!r}",
+                        group_id=group_id)
+
+
 class CoordinatorLink:
     def __init__(self, bootstrap: list[tuple[str, int]], *, group_id: str | None,
-                 client_id: str, request_timeout_ms: int, retry_backoff_ms: int) -> None:
+                 client_id: str, request_timeout_ms: int, retry_backoff_ms: int,
+                 security: SecurityConfig | None = None) -> None:
         self.cluster = Cluster([f"{h}:{p}" for h, p in bootstrap], client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
-                               retry_backoff_ms=retry_backoff_ms)
+                               retry_backoff_ms=retry_backoff_ms, security=security)
         """Connections, metadata and leaders: shared with the fetcher."""
         self._group_id = group_id
         self._client_id = client_id
@@ -186,6 +198,7 @@ class CoordinatorLink:
         except (ConnectionError, TimeoutError) as exc:
             log.debug("FindCoordinator on %s failed: %s", conn.peer, exc)
             return None
+        _raise_if_refused(found, self._group_id or "")
         if found.error_code != ErrorCode.NONE:
             return None
         here = cluster.connected_to

@@ -221,12 +221,13 @@ class Membership:
         """What SyncGroup and Heartbeat errors mean for membership (docs/design/kafka.md
         §15.2-15.3):
         a new generation is needed (member id kept only for ILLEGAL_GENERATION), a fenced
-        static member stops, a lost coordinator is looked up again, the rest is retried."""
+        static member or one the broker's ACLs refuse stops, a lost coordinator is looked
+        up again, the rest is retried."""
         if err in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
             self._reset(keep_member_id=err == ErrorCode.ILLEGAL_GENERATION, now_ms=now_ms)
             return Action.REJOIN
-        if err == ErrorCode.FENCED_INSTANCE_ID:
-            return self._fatal(err)
+        if err in (ErrorCode.FENCED_INSTANCE_ID, ErrorCode.GROUP_AUTHORIZATION_FAILED):
+            return self._fatal(err)  # ACLs (or member ownership) refuse: retrying cannot help
         if err in _COORDINATOR:
             return Action.FIND_COORDINATOR
         return Action.RETRY

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -32,6 +33,7 @@ from groupwire.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from groupwire.client.security import SecurityConfig
 from groupwire.client.supervisor import cancel_and_wait
 from groupwire.client.types import RecordMetadata, TopicPartition
 from groupwire.protocol.batches import BatchRecord, encode_batch
@@ -68,6 +70,11 @@ class Producer:
     120 s or one attempt plus the linger if that is longer) bounds a record's retries, so
     a leader that stalls without closing its connections costs one attempt, after which
     the record goes to whoever leads then.
+
+    ``security_protocol``, ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``
+    and ``sasl_plain_password`` are aiokafka's (or pass one ``security``). A topic the
+    broker's ACLs do not let this client write fails its sends with
+    :class:`TopicAuthorizationFailedError`, never retried.
     """
 
     def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
@@ -78,7 +85,11 @@ class Producer:
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
                  allow_auto_create_topics: bool = True, metadata_max_age_ms: int = 300000,
                  key_serializer: Serializer | None = None,
-                 value_serializer: Serializer | None = None) -> None:
+                 value_serializer: Serializer | None = None,
+                 security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
+                 sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None,
+                 security: SecurityConfig | None = None) -> None:
         if acks == 0 and not isinstance(acks, bool):
             raise ValueError("acks=0 is not supported: the broker answers every Produce; "
                              "use acks=1 (leader) or 'all' (every in-sync replica)")
@@ -107,7 +118,12 @@ class Producer:
         self._cluster = Cluster(bootstrap, client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
-                                retry_backoff_max_ms=retry_backoff_max_ms)
+                                retry_backoff_max_ms=retry_backoff_max_ms,
+                                security=security or SecurityConfig.from_options(
+                                    security_protocol=security_protocol,
+                                    ssl_context=ssl_context, sasl_mechanism=sasl_mechanism,
+                                    sasl_plain_username=sasl_plain_username,
+                                    sasl_plain_password=sasl_plain_password))
         self._acc: Accumulator[asyncio.Future[RecordMetadata]] = Accumulator(
             max_batch_bytes=max_batch_bytes, max_buffer_bytes=max_buffer_bytes,
             linger=linger_ms / 1000)
@@ -291,7 +307,7 @@ class Producer:
             code = md.errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             err = error_for(code, f"topic {topic!r} does not exist" if unknown
-                            else f"topic {topic!r}")
+                            else f"topic {topic!r}", topic=topic)
             delay = backoff_s(attempt, self._cluster.retry_backoff_ms,
                               self._cluster.retry_backoff_max_ms)
             # an unknown topic is asked about a few times (it may be being created), not
@@ -416,7 +432,8 @@ class Producer:
             if code == ErrorCode.NONE:
                 self._complete(batch, None, base)
                 continue
-            err = error_for(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]")
+            err = error_for(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]",
+                            topic=batch.tp.topic)
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partitions.pop(batch.tp.topic, None)
             if code in STALE_METADATA_ERRORS:

@@ -1,6 +1,7 @@
 """groupwire: a consumer-group broker with Kafka's group semantics, and its async SDK.
 
-The SDK's front door: ``from groupwire import Consumer, Producer, Admin``. The layers
+The SDK's front door: ``from groupwire import Consumer, Producer, Admin`` (and
+``create_ssl_context`` / ``SecurityConfig`` for a secured broker). The layers
 live in subpackages — ``groupwire.protocol`` (sans-I/O wire format), ``groupwire.broker``
 (the server), ``groupwire.client`` (the SDK), ``groupwire.pipeline`` (Spark) and
 ``groupwire.cli`` (the ``groupwire`` command) — and error classes in ``groupwire.errors``.
@@ -15,16 +16,34 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from groupwire.client.admin import Admin
+    from groupwire.client.acls import (
+        AccessControlEntry,
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermission,
+        PatternType,
+        ResourcePattern,
+        ResourceType,
+        ScramMechanism,
+    )
+    from groupwire.client.admin import Admin, ScramCredentialInfo
     from groupwire.client.consumer import Consumer
     from groupwire.client.listener import RebalanceListener
     from groupwire.client.producer import Producer
+    from groupwire.client.security import SecurityConfig, create_ssl_context
     from groupwire.client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 
 _EXPORTS = {
     "Admin": "groupwire.client.admin",
+    "ScramCredentialInfo": "groupwire.client.admin",
+    **dict.fromkeys(["AccessControlEntry", "AclBinding", "AclBindingFilter", "AclOperation",
+                     "AclPermission", "PatternType", "ResourcePattern", "ResourceType",
+                     "ScramMechanism"], "groupwire.client.acls"),
     "Consumer": "groupwire.client.consumer",
     "Producer": "groupwire.client.producer",
+    "SecurityConfig": "groupwire.client.security",
+    "create_ssl_context": "groupwire.client.security",
     "RebalanceListener": "groupwire.client.listener",
     "OffsetAndMetadata": "groupwire.client.types",
     "Record": "groupwire.client.types",
@@ -33,15 +52,27 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AccessControlEntry",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermission",
     "Admin",
     "Consumer",
     "OffsetAndMetadata",
+    "PatternType",
     "Producer",
     "RebalanceListener",
     "Record",
     "RecordMetadata",
+    "ResourcePattern",
+    "ResourceType",
+    "ScramCredentialInfo",
+    "ScramMechanism",
+    "SecurityConfig",
     "TopicPartition",
     "__version__",
+    "create_ssl_context",
 ]
 
 

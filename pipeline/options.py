@@ -3,16 +3,28 @@
 Pure (no pyspark, no I/O) so every rule is unit-tested. Spark hands options over with
 case-insensitive keys; names here keep Spark's Kafka spelling (``startingOffsets``) and
 every error names the option it is about, so a typo fails the query at once instead of
-being ignored.
+being ignored. The security options are Kafka's client properties (``security.protocol``,
+``sasl.mechanism``, ``sasl.username``/``sasl.password`` or ``sasl.jaas.config``,
+``ssl.truststore.location`` or ``ssl.cafile`` ...); only
+:meth:`ClientSecurity.config`, called where a connection is made, reads a file.
 """
 
 from __future__ import annotations
 
 import re
+import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Literal
 
+from groupwire.client.security import (
+    PLAINTEXT,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    SecurityConfig,
+)
 from groupwire.client.types import parse_bootstrap
 from groupwire.pipeline.offsets import OffsetSpec, parse_offset_spec
 
@@ -28,11 +40,60 @@ _SINK_OPTIONS: Final = ("bootstrap", "topic", "requestTimeoutMs", "lingerMs",
                         "maxBatchBytes", "checkpointLocation", "path")
 # Spark adds these itself for some writes; they mean nothing to this sink.
 
+SECURITY_OPTIONS: Final = (
+    "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+    "sasl.jaas.config", "ssl.truststore.location", "ssl.keystore.location",
+    "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm",
+    "ssl.cafile", "ssl.certfile", "ssl.keyfile",
+)
+"""Kafka's client property names, read by the source and the sink alike (also with
+Spark-Kafka's ``kafka.`` prefix, so an existing query's options carry over)."""
+_SSL_ALIASES: Final = {"ssl.cafile": "ssl.truststore.location",
+                       "ssl.certfile": "ssl.keystore.location",
+                       "ssl.keyfile": "ssl.key.location"}
+_SSL_FILES: Final = ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.location")
+_SECRET: Final = ("sasl.password", "sasl.jaas.config", "ssl.key.password")
+
 Mode = Literal["batch", "stream"]
 
 
 class OptionError(ValueError):
     """An unknown option or a bad value; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """A read's or write's security settings as Kafka client properties (canonical names).
+
+    Plain strings, because the options travel pickled to Spark's workers and an
+    ``SSLContext`` does not pickle: each worker builds its own with :meth:`config`.
+    """
+
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:  # Spark logs plans and partitions: never a secret
+        shown = ", ".join(f"{k}={'***' if k in _SECRET else v}" for k, v in self.properties)
+        return f"ClientSecurity({shown})"
+
+    @property
+    def protocol(self) -> str:
+        return dict(self.properties).get("security.protocol", PLAINTEXT)
+
+    def config(self) -> SecurityConfig:
+        """The SDK's settings, the TLS context loaded here (on the worker that connects);
+        a missing or unreadable file is an OptionError naming the option and this host."""
+        props = dict(self.properties)
+        if self.protocol in ("SSL", "SASL_SSL"):
+            for name in _SSL_FILES:
+                path = props.get(name)
+                if path and not Path(path).is_file():
+                    raise OptionError(f"option {name!r}: no such file {path!r} on "
+                                      f"{socket.gethostname()}")
+        try:
+            return SecurityConfig.from_properties(props)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionError(f"TLS options on {socket.gethostname()}: "
+                              f"{getattr(exc, 'reason', None) or exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +110,7 @@ class SourceOptions:
     min_partitions: int | None
     fetch_max_bytes: int
     request_timeout_ms: int
+    security: ClientSecurity = ClientSecurity()
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this read subscribes to."""
@@ -67,17 +129,75 @@ class SinkOptions:
     request_timeout_ms: int
     linger_ms: int
     max_batch_bytes: int
+    security: ClientSecurity = ClientSecurity()
 
 
 def _normalise(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
-    by_lower = {name.lower(): name for name in known}
+    by_lower = {name.lower(): name for name in (*known, *SECURITY_OPTIONS)}
     out: dict[str, str] = {}
     for key, value in options.items():
-        name = by_lower.get(key.lower())
+        lowered = key.lower()
+        if lowered.startswith("kafka.") and lowered[6:] in SECURITY_OPTIONS:
+            lowered = lowered[6:]  # Spark-Kafka's spelling of the same property
+        name = by_lower.get(lowered)
         if name is None:
-            raise OptionError(f"unknown {what} option {key!r}; known: {', '.join(known)}")
+            raise OptionError(f"unknown {what} option {key!r}; known: {', '.join(known)} "
+                              f"and the security options {', '.join(SECURITY_OPTIONS)}")
+        if name in out:
+            raise OptionError(f"option {name!r} given twice (as {key!r} too)")
         out[name] = value
     return out
+
+
+def _jaas_value(jaas: str, key: str) -> str | None:
+    found = re.search(rf'\b{key}\s*=\s*"([^"]*)"', jaas)
+    return found.group(1) if found else None
+
+
+def parse_security(opts: Mapping[str, str]) -> ClientSecurity:
+    """The security options among ``opts`` (names as :func:`_normalise` leaves them),
+    checked without reading any file: the driver may not hold the workers' files."""
+    props: dict[str, str] = {}
+    for name in SECURITY_OPTIONS:
+        if name not in opts:
+            continue
+        canonical = _SSL_ALIASES.get(name, name)
+        if canonical in props:
+            raise OptionError(f"options {canonical!r} and {name!r} name the same file; "
+                              "give one")
+        props[canonical] = str(opts[name]).strip()
+    protocol = props.get("security.protocol", PLAINTEXT).upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise OptionError(f"option 'security.protocol': expected one of "
+                          f"{', '.join(SECURITY_PROTOCOLS)}, got {props['security.protocol']!r}")
+    mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+    if mechanism not in SASL_MECHANISMS:
+        raise OptionError(f"option 'sasl.mechanism': expected one of "
+                          f"{', '.join(SASL_MECHANISMS)}, got {props['sasl.mechanism']!r}")
+    if "security.protocol" in props:
+        props["security.protocol"] = protocol
+    if "sasl.mechanism" in props:
+        props["sasl.mechanism"] = mechanism
+    tls, sasl = protocol in ("SSL", "SASL_SSL"), protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+    ssl_given = sorted(k for k in props if k.startswith("ssl."))
+    if ssl_given and not tls:
+        raise OptionError(f"option {ssl_given[0]!r}: only used with security.protocol SSL "
+                          f"or SASL_SSL (it is {protocol})")
+    sasl_given = sorted(k for k in props if k.startswith("sasl."))
+    if sasl:
+        jaas = props.get("sasl.jaas.config", "")
+        for key in ("username", "password"):
+            if not (props.get(f"sasl.{key}") or _jaas_value(jaas, key)):
+                raise OptionError(f"security.protocol {protocol} needs option "
+                                  f"'sasl.{key}' (or sasl.jaas.config with {key}=\"...\")")
+    elif sasl_given:
+        raise OptionError(f"option {sasl_given[0]!r}: only used with security.protocol "
+                          f"SASL_PLAINTEXT or SASL_SSL (it is {protocol})")
+    check = props.get("ssl.endpoint.identification.algorithm")
+    if check is not None and check.lower() not in ("", "https"):
+        raise OptionError("option 'ssl.endpoint.identification.algorithm': expected https "
+                          f"(check the broker's host name) or empty (do not), got {check!r}")
+    return ClientSecurity(tuple(sorted(props.items())))
 
 
 def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
@@ -164,7 +284,8 @@ def parse_source_options(options: Mapping[str, str], mode: Mode) -> SourceOption
         min_partitions=min_partitions,
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES,
         request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
-                            or DEFAULT_REQUEST_TIMEOUT_MS))
+                            or DEFAULT_REQUEST_TIMEOUT_MS),
+        security=parse_security(opts))
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -188,4 +309,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
                             or DEFAULT_REQUEST_TIMEOUT_MS),
         linger_ms=linger_ms,
-        max_batch_bytes=_positive_int(opts, "maxBatchBytes") or 1048576)
+        max_batch_bytes=_positive_int(opts, "maxBatchBytes") or 1048576,
+        security=parse_security(opts))

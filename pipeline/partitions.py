@@ -33,7 +33,8 @@ def tasks_for(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangeParti
     return [RangePartition(ReadTask(bootstrap=opts.bootstrap, range=r,
                                     fail_on_data_loss=opts.fail_on_data_loss,
                                     fetch_max_bytes=opts.fetch_max_bytes,
-                                    request_timeout_ms=opts.request_timeout_ms))
+                                    request_timeout_ms=opts.request_timeout_ms,
+                                    security=opts.security))
             for r in split_ranges(ranges, opts.min_partitions)]
 
 

@@ -29,7 +29,8 @@ class Planner:
         self._opts = opts
         self._runner = asyncio.Runner()
         self._cluster = Cluster(opts.bootstrap, client_id="groupwire-spark-planner",
-                                request_timeout_ms=opts.request_timeout_ms)
+                                request_timeout_ms=opts.request_timeout_ms,
+                                security=opts.security.config())
 
     def __enter__(self) -> Planner:
         return self

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from groupwire.client.cluster import Cluster
 from groupwire.pipeline.offsets import OffsetRange
+from groupwire.pipeline.options import ClientSecurity
 from groupwire.pipeline.schema import arrow_schema, headers_type
 from groupwire.protocol.batches import (
     BatchHeader,
@@ -69,6 +70,8 @@ class ReadTask:
     fail_on_data_loss: bool
     fetch_max_bytes: int
     request_timeout_ms: int
+    security: ClientSecurity = field(default_factory=ClientSecurity)
+    """Property strings: the worker builds its TLS context from them."""
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -101,7 +104,8 @@ async def _fetch_chunks(task: ReadTask,
     """The decoded records of each Fetch answer, cut to the range."""
     r = task.range
     cluster = Cluster(task.bootstrap, client_id="groupwire-spark",
-                      request_timeout_ms=task.request_timeout_ms)
+                      request_timeout_ms=task.request_timeout_ms,
+                      security=task.security.config())
     where = f"{r.topic}[{r.partition}]"
     pending: asyncio.Task[FetchResponse] | None = None
     try:

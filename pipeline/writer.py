@@ -85,7 +85,8 @@ async def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
     pending: list[asyncio.Future[RecordMetadata]] = []
     async with Producer(opts.bootstrap, client_id="groupwire-spark-writer",
                         linger_ms=opts.linger_ms, max_batch_bytes=opts.max_batch_bytes,
-                        request_timeout_ms=opts.request_timeout_ms) as producer:
+                        request_timeout_ms=opts.request_timeout_ms,
+                        security=opts.security.config()) as producer:
         for batch in batches:
             names = batch.schema.names
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(names)}

@@ -38,13 +38,20 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 @_msg
@@ -786,6 +793,222 @@ class ElectLeadersResponse(Response):
     replica_election_results: list[ReplicaElectionResult] = field(default_factory=list)
 
 
+# --- SaslHandshake (17), SaslAuthenticate (36) ------------------------------------------
+
+
+@_msg
+class SaslHandshakeRequest(Request):
+    """The mechanism this connection will authenticate with (docs/protocol.md §12)."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.SASL_HANDSHAKE
+    mechanism: str
+
+
+@_msg
+class SaslHandshakeResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.SASL_HANDSHAKE
+    mechanisms: list[str] = field(default_factory=list)
+
+
+@_msg
+class SaslAuthenticateRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.SASL_AUTHENTICATE
+    auth_bytes: bytes
+
+
+@_msg
+class SaslAuthenticateResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.SASL_AUTHENTICATE
+    auth_bytes: bytes = b""
+    session_lifetime_ms: Int64 = 0
+
+
+# --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) --------------------------------
+
+
+@_msg
+class DescribeAclsRequest(Request):
+    """A filter: nil names, principals and hosts, and ANY codes match every value;
+    ``pattern_type_filter`` MATCH matches what applies to the named resource."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_ACLS
+    resource_type_filter: Int32
+    resource_name_filter: str | None = None
+    pattern_type_filter: Int32 = 3
+    principal_filter: str | None = None
+    host_filter: str | None = None
+    operation: Int32
+    permission_type: Int32
+
+
+@_msg
+class AclDescription:
+    principal: str = ""
+    host: str = ""
+    operation: Int32 = -1
+    permission_type: Int32 = -1
+
+
+@_msg
+class DescribeAclsResource:
+    resource_type: Int32 = -1
+    resource_name: str = ""
+    pattern_type: Int32 = -1
+    acls: list[AclDescription] = field(default_factory=list)
+
+
+@_msg
+class DescribeAclsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_ACLS
+    resources: list[DescribeAclsResource] = field(default_factory=list)
+
+
+@_msg
+class AclCreation:
+    resource_type: Int32
+    resource_name: str
+    resource_pattern_type: Int32 = 3
+    principal: str
+    host: str
+    operation: Int32
+    permission_type: Int32
+
+
+@_msg
+class CreateAclsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_ACLS
+    creations: list[AclCreation]
+
+
+@_msg
+class AclCreationResult:
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class CreateAclsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.CREATE_ACLS
+    results: list[AclCreationResult] = field(default_factory=list)
+
+
+@_msg
+class DeleteAclsFilter:
+    resource_type_filter: Int32
+    resource_name_filter: str | None = None
+    pattern_type_filter: Int32 = 3
+    principal_filter: str | None = None
+    host_filter: str | None = None
+    operation: Int32
+    permission_type: Int32
+
+
+@_msg
+class DeleteAclsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_ACLS
+    filters: list[DeleteAclsFilter]
+
+
+@_msg
+class DeleteAclsMatchingAcl:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    resource_type: Int32 = -1
+    resource_name: str = ""
+    pattern_type: Int32 = -1
+    principal: str = ""
+    host: str = ""
+    operation: Int32 = -1
+    permission_type: Int32 = -1
+
+
+@_msg
+class DeleteAclsFilterResult:
+    error_code: Int32 = 0
+    error_message: str | None = None
+    matching_acls: list[DeleteAclsMatchingAcl] = field(default_factory=list)
+
+
+@_msg
+class DeleteAclsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DELETE_ACLS
+    filter_results: list[DeleteAclsFilterResult] = field(default_factory=list)
+
+
+# --- DescribeUserScramCredentials (50), AlterUserScramCredentials (51) ------------------
+
+
+@_msg
+class UserName:
+    name: str
+
+
+@_msg
+class DescribeUserScramCredentialsRequest(Request):
+    """``users`` nil: every user with a credential (KIP-554)."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
+    users: list[UserName] | None = None
+
+
+@_msg
+class CredentialInfo:
+    mechanism: Int32 = 0
+    iterations: Int32 = -1
+
+
+@_msg
+class DescribeUserScramCredentialsResult:
+    user: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+    credential_infos: list[CredentialInfo] = field(default_factory=list)
+
+
+@_msg
+class DescribeUserScramCredentialsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
+    results: list[DescribeUserScramCredentialsResult] = field(default_factory=list)
+
+
+@_msg
+class ScramCredentialDeletion:
+    name: str
+    mechanism: Int32
+
+
+@_msg
+class ScramCredentialUpsertion:
+    """``salted_password``: PBKDF2 of the password with ``salt`` and ``iterations``,
+    computed by the client (KIP-554): the password itself never travels."""
+
+    name: str
+    mechanism: Int32
+    iterations: Int32
+    salt: bytes
+    salted_password: bytes
+
+
+@_msg
+class AlterUserScramCredentialsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
+    deletions: list[ScramCredentialDeletion] = field(default_factory=list)
+    upsertions: list[ScramCredentialUpsertion] = field(default_factory=list)
+
+
+@_msg
+class AlterUserScramCredentialsResult:
+    user: str = ""
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class AlterUserScramCredentialsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
+    results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
+
+
 # --- Registry ---------------------------------------------------------------------------
 
 REQUEST_TYPES: dict[ApiKey, type[Request]] = {
@@ -796,7 +1019,9 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
         DeleteGroupsRequest, DeleteTopicsRequest, OffsetsForLeaderEpochRequest,
-        ElectLeadersRequest,
+        ElectLeadersRequest, SaslHandshakeRequest, SaslAuthenticateRequest,
+        DescribeAclsRequest, CreateAclsRequest, DeleteAclsRequest,
+        DescribeUserScramCredentialsRequest, AlterUserScramCredentialsRequest,
     )
 }
 RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
@@ -807,7 +1032,9 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
         DeleteGroupsResponse, DeleteTopicsResponse, OffsetsForLeaderEpochResponse,
-        ElectLeadersResponse,
+        ElectLeadersResponse, SaslHandshakeResponse, SaslAuthenticateResponse,
+        DescribeAclsResponse, CreateAclsResponse, DeleteAclsResponse,
+        DescribeUserScramCredentialsResponse, AlterUserScramCredentialsResponse,
     )
 }
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: (0, 0) for key in REQUEST_TYPES}

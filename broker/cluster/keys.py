@@ -36,6 +36,20 @@ def partitions_prefix(cluster: str, topic: str) -> str:
     return f"{prefix(cluster)}partitions/{topic}/"
 
 
+def security_prefix(cluster: str) -> str:
+    """ACLs and SCRAM credentials (``broker.security.cluster_store``); the image ignores
+    them: :func:`parse_key` answers None."""
+    return f"{prefix(cluster)}security/"
+
+
+def acl_key(cluster: str, binding_id: str) -> str:
+    return f"{security_prefix(cluster)}acls/{binding_id}"
+
+
+def user_key(cluster: str, user: str) -> str:
+    return f"{security_prefix(cluster)}users/{user}"
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerKey:
     node_id: int
@@ -95,13 +109,50 @@ def parse_key(cluster: str, key: str) -> ParsedKey | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One listener of a broker as clients of that listener are told to reach it."""
+
+    listener: str
+    host: str
+    port: int
+
+
+IMPLICIT_LISTENER = "PLAINTEXT"
+"""What a registration without endpoints (a broker from before listeners) serves."""
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerInfo:
     node_id: int
     host: str
+    """With ``port``: the inter-broker listener's address, where peers fetch from."""
     port: int
     rack: str | None
     incarnation: str
     """Differs on every registration, so a restarted broker is told from its old self."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """Every listener's advertised address, so Metadata can answer a client with the
+    addresses of the listener it came in on (Kafka's rule); empty: an older
+    registration, which serves PLAINTEXT at ``host:port`` only. Kept in name order,
+    as etcd's JSON holds them, so a registration equals itself read back."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "endpoints",
+                           tuple(sorted(self.endpoints, key=lambda e: e.listener)))
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where a client of ``listener`` reaches this broker; None: it has no such
+        listener."""
+        if not self.endpoints:
+            return (self.host, self.port) if listener == IMPLICIT_LISTENER else None
+        for endpoint in self.endpoints:
+            if endpoint.listener == listener:
+                return endpoint.host, endpoint.port
+        return None
+
+    def listener_names(self) -> list[str]:
+        return ([e.listener for e in self.endpoints] if self.endpoints
+                else [IMPLICIT_LISTENER])
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +187,11 @@ def _dump(obj: dict[str, Any]) -> bytes:
 
 
 def encode_broker(info: BrokerInfo) -> bytes:
-    return _dump({"node_id": info.node_id, "host": info.host, "port": info.port,
-                  "rack": info.rack, "incarnation": info.incarnation})
+    obj: dict[str, Any] = {"node_id": info.node_id, "host": info.host, "port": info.port,
+                           "rack": info.rack, "incarnation": info.incarnation}
+    if info.endpoints:
+        obj["endpoints"] = {e.listener: [e.host, e.port] for e in info.endpoints}
+    return _dump(obj)
 
 
 def encode_controller(info: ControllerInfo) -> bytes:
@@ -214,7 +268,25 @@ class _Reader:
 def decode_broker(key: str, value: bytes) -> BrokerInfo:
     r = _Reader(key, value)
     return BrokerInfo(node_id=r.integer("node_id"), host=r.string("host"), port=r.integer("port"),
-                      rack=r.opt_str("rack"), incarnation=r.string("incarnation"))
+                      rack=r.opt_str("rack"), incarnation=r.string("incarnation"),
+                      endpoints=_endpoints(r))
+
+
+def _endpoints(r: _Reader) -> tuple[Endpoint, ...]:
+    """``{"NAME": [host, port], ...}``, optional: older brokers registered none."""
+    raw = r.obj.get("endpoints")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise r.error(f"'endpoints' is not an object: {raw!r}")
+    found = []
+    for name, address in raw.items():
+        if (not isinstance(address, list) or len(address) != 2
+                or not isinstance(address[0], str) or isinstance(address[1], bool)
+                or not isinstance(address[1], int)):
+            raise r.error(f"'endpoints' {name!r} is not [host, port]: {address!r}")
+        found.append(Endpoint(name, address[0], address[1]))
+    return tuple(found)
 
 
 def decode_controller(key: str, value: bytes) -> ControllerInfo:

@@ -10,6 +10,7 @@ from groupwire.broker.coordinator.coordinator import Coordinator
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.heartbeat import Renewal
 from groupwire.broker.coordinator.outputs import (
+    ANONYMOUS,
     EMPTY_RESULT,
     FetchCheck,
     Reply,
@@ -32,6 +33,7 @@ from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey,
 from groupwire.broker.coordinator.view import CoreView
 
 __all__ = [
+    "ANONYMOUS",
     "EMPTY_RESULT",
     "CancelTimer",
     "Coordinator",

@@ -37,7 +37,8 @@ from groupwire.broker.coordinator.offsets_api import (
     offset_fetch_steps,
     revert_commit,
 )
-from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
+from groupwire.broker.coordinator.outputs import ANONYMOUS, FetchCheck, RequestContext, Result
+from groupwire.broker.coordinator.ownership import NOT_YOURS, may_use, member_message
 from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
 from groupwire.broker.coordinator.state import DEAD, GroupState
 from groupwire.broker.coordinator.sync import handle_sync
@@ -203,9 +204,11 @@ class Coordinator:
         expiry.connection_closed(engine, conn_id, now_ms)
         return engine.out.build()
 
-    def check_fetch(self, group: FetchGroup,
-                    partitions: Iterable[tuple[str, int]]) -> FetchCheck:
-        """Ownership fencing of a Fetch with group context (docs/protocol.md §7.2)."""
+    def check_fetch(self, group: FetchGroup, partitions: Iterable[tuple[str, int]],
+                    principal: str = ANONYMOUS, superuser: bool = False) -> FetchCheck:
+        """Ownership fencing of a Fetch with group context (docs/protocol.md §7.2), by the
+        connection authenticated as ``principal``: another principal's member is refused
+        GROUP_AUTHORIZATION_FAILED unless ``superuser`` (§7.5)."""
         if not self.config.ownership_fencing:
             return FETCH_OK
         g = self._engine.groups.get(group.group_id)
@@ -216,9 +219,12 @@ class Coordinator:
             return _FETCH_FENCED
         if code is not ErrorCode.NONE:
             return _FETCH_UNKNOWN
+        member = g.members[group.member_id]
+        if not may_use(member, principal, superuser):
+            return FetchCheck(NOT_YOURS, _NOTHING, member_message(group.member_id))
         if not g.is_consumer:
             return FETCH_OK
-        refused = not_owned(g.members[group.member_id], partitions, releasing=False)
+        refused = not_owned(member, partitions, releasing=False)
         return FetchCheck(ErrorCode.NONE, refused) if refused else FETCH_OK
 
     # --- cluster mode: which groups are served here ----------------------------------

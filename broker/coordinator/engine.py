@@ -418,7 +418,7 @@ def group_record(group: Group) -> GroupMetadataRecord:
                 client_id=m.client_id, client_host=m.client_host,
                 session_timeout_ms=m.session_timeout_ms,
                 rebalance_timeout_ms=m.rebalance_timeout_ms, protocols=m.protocols,
-                assignment=m.assignment)
+                assignment=m.assignment, principal=m.principal)
             for m in group.members.values()),
     )
 

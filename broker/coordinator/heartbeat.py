@@ -19,6 +19,7 @@ from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import POLL_INTERVAL_EXPIRED, Cause
 from groupwire.broker.coordinator.member import Member
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.ownership import NOT_YOURS, may_act, member_message
 from groupwire.broker.coordinator.parking import HEARTBEAT, Address
 from groupwire.broker.coordinator.timers import hbwait_key
 from groupwire.broker.coordinator.transitions import Refuse
@@ -103,6 +104,12 @@ def handle_heartbeat(engine: Engine, ctx: RequestContext, req: HeartbeatRequest,
         out.reply(ctx.conn_id, ctx.correlation_id, heartbeat_response(verdict.code))
         return
     assert group is not None and member is not None
+    if not may_act(member, ctx):
+        # before anything the heartbeat would do to the member: a poll age past its
+        # interval would remove it (§7.5)
+        out.reply(ctx.conn_id, ctx.correlation_id, HeartbeatResponse(
+            error_code=NOT_YOURS, error_message=member_message(member.member_id)))
+        return
     if not member.has_conn(ctx.conn_id):
         engine.attach(ctx.conn_id, group.group_id, member)
     # the member's previous long poll ends now
@@ -141,8 +148,9 @@ cost as much as the rest of the renewal."""
 
 
 def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Renewal | None:
-    """The fast path: :func:`classify` says RENEWED, no long poll of the member is parked
-    and its armed session timer fires no later than the new deadline. Then the changes
+    """The fast path: :func:`classify` says RENEWED, no long poll of the member is parked,
+    its armed session timer fires no later than the new deadline, and the connection is
+    attached to the member or the member is unowned (docs/protocol.md §7.5). Then the changes
     :func:`handle_heartbeat` would make are made and returned; otherwise None, with
     nothing changed (the caller runs the full path)."""
     _, group_id, generation_id, member_id, instance_id, poll_age, wait_ms = hb
@@ -164,6 +172,10 @@ def renew(engine: Engine, conn_id: int, hb: HeartbeatFields, now_ms: int) -> Ren
         return None  # its previous long poll must be answered
     attached = -1
     if conn_id != member.last_conn and not member.has_conn(conn_id):
+        if member.principal:
+            # an owned member on a connection not yet attached: the full path checks who
+            # it is (every attach is checked, so attached connections are its principal's)
+            return None
         engine.attach(conn_id, group_id, member)
         attached = conn_id
     age = member.poll_age_ms = poll_age if poll_age >= 0 else None

@@ -16,6 +16,13 @@ from groupwire.broker.coordinator.history import (
 )
 from groupwire.broker.coordinator.member import Member, Protocols
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.ownership import (
+    NOT_YOURS,
+    instance_message,
+    may_act,
+    member_message,
+    owner_for,
+)
 from groupwire.broker.coordinator.parking import JOIN
 from groupwire.broker.coordinator.timers import session_key
 from groupwire.broker.coordinator.transitions import Admit, Join, Refuse, Rejoin, Replace
@@ -46,6 +53,10 @@ def handle_join(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, now_
     if isinstance(cell, Refuse):
         # (group.max.size admits anyone here: the refusal is the answer)
         _fail(engine, ctx, cell.code, "" if is_new_member else req.member_id)
+    elif (foreign := _foreign(group, ctx, req)) is not None:
+        # before group.max.size, whose refusal removes the member named (§7.5)
+        engine.out.reply(ctx.conn_id, ctx.correlation_id, JoinGroupResponse(
+            error_code=NOT_YOURS, error_message=foreign, member_id=req.member_id))
     elif not _accept_joining_member(engine, cell, group, req.member_id):
         _remove_rejected(engine, group, req.member_id)
         _fail(engine, ctx, ErrorCode.GROUP_MAX_SIZE_REACHED, "")
@@ -61,6 +72,23 @@ def handle_join(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, now_
 def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str) -> None:
     engine.out.reply(ctx.conn_id, ctx.correlation_id,
                      JoinGroupResponse(error_code=code, member_id=member_id))
+
+
+def _foreign(group: Group, ctx: RequestContext, req: JoinGroupRequest) -> str | None:
+    """The refusal's message if the JoinGroup names another principal's member, by id or,
+    joining with "", by instance id (which would replace it); None otherwise. Ids that
+    name no member are left to the usual checks."""
+    if req.member_id:
+        member = group.members.get(req.member_id)
+        if member is not None and not may_act(member, ctx):
+            return member_message(req.member_id)
+        return None
+    instance_id = req.group_instance_id
+    if instance_id is not None:
+        mapped = group.static_members.get(instance_id)
+        if mapped is not None and not may_act(group.members[mapped], ctx):
+            return instance_message(instance_id)
+    return None
 
 
 def _protocols(engine: Engine, req: JoinGroupRequest) -> Protocols:
@@ -124,7 +152,7 @@ def _add_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, grou
     member = Member(group.group_id, member_id, req.group_instance_id,
                     sys.intern(ctx.client_id), sys.intern(ctx.client_host),
                     req.session_timeout_ms, req.rebalance_timeout_ms,
-                    sys.intern(req.protocol_type), protocols)
+                    sys.intern(req.protocol_type), protocols, principal=owner_for(ctx))
     member.is_new = True
     if group.initial_rebalance:
         group.new_member_added = True  # extends the initial rebalance delay
@@ -215,7 +243,9 @@ def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRe
     engine.fence_replaced(group, old)
     new = Member(group.group_id, new_id, old.group_instance_id, old.client_id, old.client_host,
                  old.session_timeout_ms, old.rebalance_timeout_ms, old.protocol_type,
-                 old.protocols, old.assignment)
+                 old.protocols, old.assignment,
+                 # the instance id stays its principal's; an unowned one becomes the caller's
+                 principal=old.principal or owner_for(ctx))
     new.owned, new.releasing = old.owned, old.releasing  # ownership carries over (§7.2)
     group.replace_static(old, new)
     engine.arm_session(new, new.session_timeout_ms, now_ms)

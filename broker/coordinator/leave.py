@@ -7,6 +7,12 @@ from groupwire.broker.coordinator.engine import Engine, cut_reason
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import MEMBER_LEFT, Cause
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.ownership import (
+    NOT_YOURS,
+    instance_message,
+    may_act,
+    member_message,
+)
 from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, PREPARING_REBALANCE
 from groupwire.broker.coordinator.timers import session_key
 from groupwire.broker.coordinator.transitions import Refuse
@@ -37,7 +43,7 @@ def handle_leave(engine: Engine, ctx: RequestContext, req: LeaveGroupRequest, no
     answers: list[LeaveGroupMemberResponse] = []
     cause: Cause | None = None
     for identity in req.members:
-        code, left = _leave_one(engine, group, identity, now_ms)
+        code, left = _leave_one(engine, ctx, group, identity, now_ms)
         answers.append(_answer(identity, code))
         if code is ErrorCode.NONE and cause is None:
             cause = Cause(MEMBER_LEFT, cut_reason(identity.reason), left)
@@ -51,12 +57,16 @@ def handle_leave(engine: Engine, ctx: RequestContext, req: LeaveGroupRequest, no
 
 
 def _answer(identity: MemberIdentity, code: ErrorCode) -> LeaveGroupMemberResponse:
+    message = None
+    if code is NOT_YOURS:
+        message = (member_message(identity.member_id) if identity.member_id
+                   else instance_message(identity.group_instance_id or ""))
     return LeaveGroupMemberResponse(member_id=identity.member_id,
                                     group_instance_id=identity.group_instance_id,
-                                    error_code=code)
+                                    error_code=code, error_message=message)
 
 
-def _leave_one(engine: Engine, group: Group, identity: MemberIdentity,
+def _leave_one(engine: Engine, ctx: RequestContext, group: Group, identity: MemberIdentity,
                now_ms: int) -> tuple[ErrorCode, str | None]:
     """Returns the outcome and the id actually removed."""
     member_id = identity.member_id
@@ -76,6 +86,8 @@ def _leave_one(engine: Engine, group: Group, identity: MemberIdentity,
         if code is not ErrorCode.NONE:
             return code, None
     member = group.members[member_id]
+    if not may_act(member, ctx):
+        return NOT_YOURS, None  # by member id or instance id alike (§7.5)
     engine.emit_member("member_left", group, member, now_ms, cut_reason(identity.reason))
     engine.remove_member(group, member)
     return ErrorCode.NONE, member_id

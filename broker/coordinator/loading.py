@@ -5,6 +5,7 @@ becomes its leader (cluster mode); and arming the timers restored groups need.""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from sys import intern
 
 from groupwire.broker.coordinator import unloading
 from groupwire.broker.coordinator.engine import Engine
@@ -62,7 +63,8 @@ def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
     for m in record.members:
         member = Member(record.group_id, m.member_id, m.group_instance_id, m.client_id,
                         m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms,
-                        record.protocol_type or "", m.protocols, m.assignment)
+                        record.protocol_type or "", m.protocols, m.assignment,
+                        intern(m.principal))
         group.add_member(member)
     group.protocol_type = record.protocol_type
     group.protocol_name = record.protocol_name if group.members else None

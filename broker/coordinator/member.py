@@ -18,6 +18,7 @@ class Member:
 
     ``owned`` is the member's partitions from the last applied assignment (docs/protocol.md
     §7.2), ``None`` when its assignment could not be decoded (an *opaque* member).
+    ``principal`` is who created it, "" for nobody (an unowned member: §7.5).
     ``session_deadline`` is when its session ends, ``None`` while it has none (a member
     parked in JoinGroup/SyncGroup whose timer fired is "satisfied" and waits without one).
     While it is set, a session timer is armed for it or earlier: a heartbeat only moves
@@ -45,6 +46,7 @@ class Member:
         "connection_lost",
         "owned",
         "releasing",
+        "principal",
     )
 
     def __init__(
@@ -59,6 +61,7 @@ class Member:
         protocol_type: str,
         protocols: Protocols,
         assignment: bytes = b"",
+        principal: str = "",
     ) -> None:
         self.member_id = member_id
         self.group_instance_id = group_instance_id
@@ -82,6 +85,7 @@ class Member:
         self.connection_lost = False
         self.owned: frozenset[TP] | None = NO_PARTITIONS
         self.releasing: frozenset[TP] = NO_PARTITIONS
+        self.principal = principal
 
     # --- connections the member is attached to ----------------------------------------
 

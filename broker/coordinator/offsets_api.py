@@ -15,6 +15,7 @@ from groupwire.broker.coordinator.history import group_partitions
 from groupwire.broker.coordinator.member import TP, Member
 from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.outputs import RequestContext, Result
+from groupwire.broker.coordinator.ownership import NOT_YOURS, may_act, member_message
 from groupwire.broker.coordinator.paced import STEP_WORK, sorted_steps
 from groupwire.broker.coordinator.records import OffsetCommitRecord, OffsetRecordEncoder
 from groupwire.broker.coordinator.state import GroupState
@@ -47,7 +48,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
                          now_ms: int) -> None:
     if engine.refusal is not None and _refused_here(engine, ctx, req):
         return
-    code, group, member = _validate(engine, req, now_ms)
+    code, group, member = _validate(engine, ctx, req, now_ms)
     if code is not ErrorCode.NONE or group is None:
         _refuse_all(engine, ctx, req, code)
         return
@@ -111,9 +112,11 @@ def _refusal(name: str, index: int, metadata: str, count: int, refused: frozense
 
 def _refuse_all(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
                 code: ErrorCode) -> None:
+    message = member_message(req.member_id) if code is NOT_YOURS else None
     engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetCommitResponse(topics=[
         OffsetCommitResponseTopic(name=t.name, partitions=[
-            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code,
+                                          error_message=message)
             for p in t.partitions])
         for t in req.topics]))
 
@@ -194,7 +197,7 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
     out.reset()
     if engine.refusal is not None and _refused_here(engine, ctx, req):
         return out.build()
-    code, group, member = _validate(engine, req, now_ms)
+    code, group, member = _validate(engine, ctx, req, now_ms)
     if code is not ErrorCode.NONE or group is None:
         _refuse_all(engine, ctx, req, code)
         return out.build()
@@ -324,9 +327,10 @@ def revert_commit(engine: Engine, group_id: str, before: dict[TP, CommittedOffse
             offsets.commit(group_id, tp, old)
 
 
-def _validate(engine: Engine, req: OffsetCommitRequest,
+def _validate(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
               now_ms: int) -> tuple[ErrorCode, Group | None, Member | None]:
-    """Kafka's classic ``validateOffsetCommit``; returns the member if it had context."""
+    """Kafka's classic ``validateOffsetCommit``, plus member ownership (docs/protocol.md
+    §7.5) once the member is known to exist; returns the member if it had context."""
     group = engine.groups.get(req.group_id)
     if group is None:
         if req.generation_id >= 0:
@@ -344,9 +348,11 @@ def _validate(engine: Engine, req: OffsetCommitRequest,
         code = group.validate_member(req.member_id, req.group_instance_id)
         if code is not ErrorCode.NONE:
             return code, None, None
+        member = group.members[req.member_id]
+        if not may_act(member, ctx):
+            return NOT_YOURS, None, None
         if req.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION, None, None
-        member = group.members[req.member_id]
     elif not cell.without_member:
         return ErrorCode.UNKNOWN_MEMBER_ID, None, None
     if cell.answer is not ErrorCode.NONE:

@@ -9,6 +9,7 @@ returns a ``Renewal`` instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.records import GroupRecord
@@ -17,15 +18,25 @@ from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey,
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import Response
 
+ANONYMOUS: Final = "User:ANONYMOUS"
+"""The principal of a connection that did not authenticate."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Where a request came from: the shell's connection number and the envelope."""
+    """Where a request came from: the shell's connection number and the envelope.
+
+    ``principal`` is who the connection authenticated as, ``superuser`` whether the broker
+    counts it among its super users: member ownership (docs/protocol.md §7.5) rests on them.
+    A connection's principal must not change once it has sent a group request (the
+    heartbeat fast path trusts the connections a member is attached to)."""
 
     conn_id: int
     correlation_id: int
     client_id: str
     client_host: str
+    principal: str = ANONYMOUS
+    superuser: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,7 @@ class FetchCheck:
 
     error_code: ErrorCode
     not_owned: frozenset[tuple[str, int]]
+    error_message: str | None = None
 
 
 class Outputs:

@@ -59,9 +59,12 @@ class MemberRecord:
     rebalance_timeout_ms: int
     protocols: tuple[tuple[str, bytes], ...]
     assignment: bytes
+    principal: str = ""
+    """Who owns the member (docs/protocol.md §7.5); "" (unowned) is written as no field,
+    which is also how records from before ownership read."""
 
     def to_value(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "member_id": self.member_id,
             "group_instance_id": self.group_instance_id,
             "client_id": self.client_id,
@@ -71,6 +74,9 @@ class MemberRecord:
             "protocols": [[name, meta] for name, meta in self.protocols],
             "assignment": self.assignment,
         }
+        if self.principal:
+            value["principal"] = self.principal
+        return value
 
     @classmethod
     def from_value(cls, v: dict[str, Any]) -> MemberRecord:
@@ -83,6 +89,7 @@ class MemberRecord:
             rebalance_timeout_ms=_int(v["rebalance_timeout_ms"]),
             protocols=tuple((_str(name), _bin(meta)) for name, meta in v["protocols"]),
             assignment=_bin(v["assignment"]),
+            principal=_str(v.get("principal", "")),
         )
 
 

@@ -7,6 +7,7 @@ from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import install_ownership
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.outputs import RequestContext
+from groupwire.broker.coordinator.ownership import NOT_YOURS, may_act, member_message
 from groupwire.broker.coordinator.parking import SYNC, Address
 from groupwire.broker.coordinator.state import STABLE
 from groupwire.broker.coordinator.transitions import Refuse, Sync, SyncReply
@@ -18,7 +19,9 @@ def handle_sync(engine: Engine, ctx: RequestContext, req: SyncGroupRequest, now_
     out = engine.out
     code = _validate(engine, ctx, req)
     if code is not ErrorCode.NONE:
-        out.reply(ctx.conn_id, ctx.correlation_id, SyncGroupResponse(error_code=code))
+        message = member_message(req.member_id) if code is NOT_YOURS else None
+        out.reply(ctx.conn_id, ctx.correlation_id,
+                  SyncGroupResponse(error_code=code, error_message=message))
         return
     group = engine.groups[req.group_id]
     member = group.members[req.member_id]
@@ -52,7 +55,10 @@ def _validate(engine: Engine, ctx: RequestContext, req: SyncGroupRequest) -> Err
     code = group.validate_member(req.member_id, req.group_instance_id)
     if code is not ErrorCode.NONE:
         return code
-    engine.attach(ctx.conn_id, group.group_id, group.members[req.member_id])
+    member = group.members[req.member_id]
+    if not may_act(member, ctx):
+        return NOT_YOURS  # before it is attached, or a leader's assignment applied (§7.5)
+    engine.attach(ctx.conn_id, group.group_id, member)
     if req.generation_id != group.generation_id:
         return ErrorCode.ILLEGAL_GENERATION
     if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(

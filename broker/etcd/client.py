@@ -1,12 +1,17 @@
 """A small etcd v3 client over its JSON gateway (HTTP/1.1 on asyncio streams), so the
 broker needs no gRPC stack: a few kept-alive connections for requests, one streaming
-connection per watch, failover to the next endpoint when one stops answering."""
+connection per watch, failover to the next endpoint when one stops answering.
+
+``https://`` endpoints speak TLS: the server's certificate is checked (against the CA
+file given, else the system's) with its host name, and with a client certificate the
+client authenticates too, as etcd's ``--client-cert-auth`` requires (mutual TLS)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -43,17 +48,48 @@ class _BrokenConnection(Exception):
     """The endpoint went away or spoke something that is not HTTP."""
 
 
+class EtcdTlsError(ValueError):
+    """The CA, certificate or key file cannot be used: one line naming the file."""
+
+
+def tls_context(cafile: str = "", certfile: str = "", keyfile: str = "") -> ssl.SSLContext:
+    """The client side of TLS to etcd: TLS 1.2 or later, the server's certificate and
+    host name checked against ``cafile`` (the system's CAs without one), and with
+    ``certfile`` (and ``keyfile``, if the key is not in it) a client certificate."""
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise EtcdTlsError(f"etcd CA file {cafile}: cannot load: {_reason(exc)}") from exc
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if certfile:
+        try:
+            ctx.load_cert_chain(certfile, keyfile or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise EtcdTlsError(f"etcd client certificate {certfile} / key "
+                               f"{keyfile or certfile}: cannot load: {_reason(exc)}"
+                               ) from exc
+    elif keyfile:
+        raise EtcdTlsError(f"etcd client key {keyfile} given without its certificate")
+    return ctx
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 @dataclass(frozen=True, slots=True)
 class _Endpoint:
     host: str
     port: int
+    tls: bool = False
 
     @classmethod
     def parse(cls, text: str) -> _Endpoint:
         parts = urlsplit(text if "//" in text else f"http://{text}")
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"etcd endpoint {text!r}: only http://host:port is supported")
-        return cls(parts.hostname, parts.port or 2379)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"etcd endpoint {text!r}: expected http://host:port or https://host:port")
+        return cls(parts.hostname, parts.port or 2379, parts.scheme == "https")
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -67,8 +103,12 @@ class _Connection:
         self.writer = writer
 
     @classmethod
-    async def open(cls, endpoint: _Endpoint) -> _Connection:
-        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+    async def open(cls, endpoint: _Endpoint, tls: ssl.SSLContext | None) -> _Connection:
+        if endpoint.tls:
+            reader, writer = await asyncio.open_connection(
+                endpoint.host, endpoint.port, ssl=tls, server_hostname=endpoint.host)
+        else:
+            reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
         return cls(endpoint, reader, writer)
 
     def close(self) -> None:
@@ -168,10 +208,15 @@ class EtcdClient:
     after sending raises EtcdUnavailableError: it may have been applied, and only a
     re-read can tell."""
 
-    def __init__(self, endpoints: list[str], *, timeout_s: float = 5.0) -> None:
+    def __init__(self, endpoints: list[str], *, timeout_s: float = 5.0,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: the context for ``https://`` endpoints (:func:`tls_context`); without
+        one they check the server against the system's CAs and send no certificate."""
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = [_Endpoint.parse(text) for text in endpoints]
+        self._tls = tls if tls is not None or not any(e.tls for e in self._endpoints) \
+            else tls_context()
         self._current = 0
         self._timeout_s = timeout_s
         self._idle: list[_Connection] = []
@@ -280,7 +325,7 @@ class EtcdClient:
             endpoint = self._endpoints[self._current]
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    conn = await _Connection.open(endpoint)
+                    conn = await _Connection.open(endpoint, self._tls)
                     try:
                         await conn.send("/v3/watch", body)
                         status, headers = await conn.read_head()
@@ -323,7 +368,7 @@ class EtcdClient:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     if conn is None:
-                        conn = await _Connection.open(endpoint)
+                        conn = await _Connection.open(endpoint, self._tls)
                     await conn.send(path, body)
                     sent = True
                     status, headers = await conn.read_head()

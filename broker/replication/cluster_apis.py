@@ -2,6 +2,11 @@
 Metadata, FindCoordinator, and the controller's CreateTopics, CreatePartitions and
 DeleteTopics (NOT_CONTROLLER from any other broker, as Kafka before KIP-590).
 
+Addresses follow Kafka's rule: a client is told each broker's address for the listener
+its request came in on; a broker without that listener is left out of Metadata's
+brokers, the partitions it leads answer LEADER_NOT_AVAILABLE, and FindCoordinator for a
+group it coordinates answers COORDINATOR_NOT_AVAILABLE.
+
 A topic exists once etcd says so; each broker's replica manager then creates or deletes
 its own replicas. Produce, Fetch and the offset APIs stay in ``broker.topic_apis`` and
 ``broker.fetch``, which ask ``broker.replication.leadership`` who leads.
@@ -13,12 +18,12 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Final, TypeVar
 
 from groupwire.broker.cluster.controller import propose_topic_txn
 from groupwire.broker.cluster.image import ClusterImage
-from groupwire.broker.cluster.keys import NO_LEADER, TopicAssignment
+from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo, TopicAssignment
 from groupwire.broker.cluster.placement import InvalidReplicationFactor
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.etcd.store import EtcdError
@@ -85,7 +90,8 @@ class ClusterApis:
         image = self._node.image
         return any(t.name not in image.topics for t in request.topics)
 
-    async def metadata_creating(self, request: MetadataRequest) -> MetadataResponse:
+    async def metadata_creating(self, request: MetadataRequest, listener: str | None = None,
+                                ) -> MetadataResponse:
         """Proposes each unknown topic named (any broker may: the assignment is put if
         absent, and the controller writes its partition states); the answer then says
         LEADER_NOT_AVAILABLE for it until it has leaders, as Kafka's does."""
@@ -108,7 +114,7 @@ class ClusterApis:
                 failed[name] = (ErrorCode(exc.code), str(exc))
             except (InvalidReplicationFactor, EtcdError) as exc:
                 failed[name] = (ErrorCode.LEADER_NOT_AVAILABLE, str(exc))
-        response = run_steps(self.metadata_steps(request))
+        response = run_steps(self.metadata_steps(request, listener))
         topics = []
         for topic in response.topics:
             if topic.name in failed:
@@ -122,8 +128,13 @@ class ClusterApis:
         response = dataclasses.replace(response, topics=topics)
         return response
 
-    def metadata_steps(self, request: MetadataRequest) -> Steps[MetadataResponse]:
+    def metadata_steps(self, request: MetadataRequest, listener: str | None = None,
+                       ) -> Steps[MetadataResponse]:
+        """``listener``: the one the request came in on (None: the registered,
+        inter-broker, addresses)."""
         image = self._node.image
+        reachable = {b.node_id: address for b in image.brokers.values()
+                     if (address := _address(b, listener)) is not None}
         names = (sorted(image.topics) if request.topics is None
                  else [t.name for t in request.topics])
         topics: list[MetadataTopic] = []
@@ -137,22 +148,26 @@ class ClusterApis:
             partitions: list[MetadataPartition] = []
             count = len(assignment.replicas)
             for start in range(0, count, METADATA_STEP):
-                partitions.extend(_partition(image, assignment, p)
+                partitions.extend(_partition(image, assignment, p, reachable, listener)
                                   for p in range(start, min(start + METADATA_STEP, count)))
                 yield
             topics.append(MetadataTopic(name=name, is_internal=assignment.internal,
                                         partitions=partitions))
         controller = image.controller_id
         return MetadataResponse(
-            brokers=[MetadataBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                     for b in sorted(image.brokers.values(), key=lambda b: b.node_id)],
+            brokers=[MetadataBroker(node_id=b.node_id, host=reachable[b.node_id][0],
+                                    port=reachable[b.node_id][1], rack=b.rack)
+                     for b in sorted(image.brokers.values(), key=lambda b: b.node_id)
+                     if b.node_id in reachable],
             cluster_id=self._node.cluster,
             controller_id=-1 if controller is None else controller, topics=topics)
 
     # --- FindCoordinator ----------------------------------------------------------------
 
-    def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-        """The leader of the group's ``__consumer_offsets`` partition, from any broker."""
+    def find_coordinator(self, request: FindCoordinatorRequest, listener: str | None = None,
+                         ) -> FindCoordinatorResponse:
+        """The leader of the group's ``__consumer_offsets`` partition, from any broker, at
+        its address for ``listener`` (None: the registered one)."""
         if request.key_type != 0:
             return FindCoordinatorResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
@@ -174,8 +189,14 @@ class ClusterApis:
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 error_message=f"{OFFSETS_TOPIC}-{p}, the coordinator's partition of group "
                               f"{request.key!r}, has no leader now")
-        return FindCoordinatorResponse(node_id=broker.node_id, host=broker.host,
-                                       port=broker.port)
+        address = _address(broker, listener)
+        if address is None:
+            return FindCoordinatorResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                error_message=f"broker {broker.node_id}, the coordinator of group "
+                              f"{request.key!r}, has no {listener} listener")
+        return FindCoordinatorResponse(node_id=broker.node_id, host=address[0],
+                                       port=address[1])
 
     # --- the controller's APIs ----------------------------------------------------------
 
@@ -341,10 +362,23 @@ class ClusterApis:
         return f"broker {self._node.node_id} is not the controller: {where}"
 
 
-def _partition(image: ClusterImage, assignment: TopicAssignment, p: int) -> MetadataPartition:
+def _address(broker: BrokerInfo, listener: str | None) -> tuple[str, int] | None:
+    return (broker.host, broker.port) if listener is None else broker.address(listener)
+
+
+def _partition(image: ClusterImage, assignment: TopicAssignment, p: int,
+               reachable: Mapping[int, object], listener: str | None) -> MetadataPartition:
     replicas = list(assignment.replicas[p])
     offline = [r for r in replicas if r not in image.brokers]
     state = image.partitions.get((assignment.name, p))
+    if (state is not None and state.leader != NO_LEADER and state.leader in image.brokers
+            and state.leader not in reachable):
+        return MetadataPartition(  # Kafka's answer before LISTENER_NOT_FOUND (Metadata v6)
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            error_message=f"{assignment.name}-{p}: its leader, broker {state.leader}, has "
+                          f"no {listener} listener", partition_index=p,
+            leader_id=NO_LEADER, leader_epoch=state.leader_epoch, replica_nodes=replicas,
+            isr_nodes=list(state.isr), offline_replicas=offline)
     if state is None or state.leader == NO_LEADER:
         return MetadataPartition(
             error_code=ErrorCode.LEADER_NOT_AVAILABLE,

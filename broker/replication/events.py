@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from groupwire.broker.cluster.image import ClusterImage
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.peer import PeerError, PeerLink
+from groupwire.broker.replication.peer import PeerAuthError, PeerDialer, PeerError, PeerLink
 from groupwire.broker.storage.metadata import EVENTS_TOPIC
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -39,7 +39,8 @@ REQUEST_TIMEOUT_S = 5.0
 
 class EventForwarder:
     def __init__(self, node_id: int, image: Callable[[], ClusterImage],
-                 leads: Callable[[], bool], append_here: Callable[[list[Event]], bool]) -> None:
+                 leads: Callable[[], bool], append_here: Callable[[list[Event]], bool],
+                 dialer: PeerDialer | None = None) -> None:
         """``leads``: this broker leads ``__group_events``-0 now; ``append_here``: append
         events to it locally (False if that failed)."""
         self.node_id = node_id
@@ -50,7 +51,7 @@ class EventForwarder:
         self.dropped = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._link = PeerLink(f"groupwire-broker-{node_id}", REQUEST_TIMEOUT_S)
+        self._link = PeerLink(f"groupwire-broker-{node_id}", REQUEST_TIMEOUT_S, dialer)
 
     def submit(self, events: list[Event]) -> None:
         if self._leads() and not self._queue and self._append_here(events):
@@ -106,6 +107,8 @@ class EventForwarder:
                     name=EVENTS_TOPIC, partition_data=[PartitionProduceData(
                         index=0, records=batch)])]),
                 ProduceResponse, timeout_s=REQUEST_TIMEOUT_S)
+        except PeerAuthError:
+            return False  # the dialer logged it, once
         except PeerError as exc:
             log.info("group_events_not_forwarded", leader=leader.node_id, error=str(exc))
             return False

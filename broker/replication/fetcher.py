@@ -12,7 +12,13 @@ from groupwire.broker.cluster.epochs import divergence
 from groupwire.broker.cluster.image import TopicPartition
 from groupwire.broker.cluster.keys import BrokerInfo
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.peer import PeerConnection, PeerError, PeerLink
+from groupwire.broker.replication.peer import (
+    PeerAuthError,
+    PeerConnection,
+    PeerDialer,
+    PeerError,
+    PeerLink,
+)
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.protocol.errors import ErrorCode
@@ -45,7 +51,8 @@ class _Followed:
 class ReplicaFetcher:
     def __init__(self, node_id: int, leader: BrokerInfo, store: TopicStore, *,
                  wait_max_ms: int, max_bytes: int, request_timeout_s: float,
-                 on_appended: Callable[[TopicPartition], None]) -> None:
+                 on_appended: Callable[[TopicPartition], None],
+                 dialer: PeerDialer | None = None) -> None:
         self.node_id = node_id
         self.leader = leader
         self.store = store
@@ -54,7 +61,7 @@ class ReplicaFetcher:
         self._timeout_s = request_timeout_s
         self._on_appended = on_appended
         self.partitions: dict[TopicPartition, _Followed] = {}
-        self._link = PeerLink(f"replica-{node_id}", request_timeout_s)
+        self._link = PeerLink(f"replica-{node_id}", request_timeout_s, dialer)
         self._task: asyncio.Task[None] | None = None
         self._work = asyncio.Event()
 
@@ -90,6 +97,8 @@ class ReplicaFetcher:
                 conn = await self._link.to(self.leader)
                 await self._truncate(conn)
                 await self._fetch(conn)
+            except PeerAuthError:
+                await asyncio.sleep(BACKOFF_S)  # the dialer logged it, once
             except PeerError as exc:
                 log.info("replica_fetch_failed", leader=self.leader.node_id, error=str(exc))
                 await asyncio.sleep(BACKOFF_S)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
-from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo
+from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo, Endpoint
 from groupwire.broker.config import BrokerSettings, etcd_urls
-from groupwire.broker.etcd.client import EtcdClient
+from groupwire.broker.etcd.client import EtcdClient, EtcdTlsError, tls_context
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.controller_task import ControllerTask, InternalTopic
@@ -21,6 +22,8 @@ from groupwire.broker.replication.leader import LeaderStates
 from groupwire.broker.replication.leadership import ClusterLeadership
 from groupwire.broker.replication.membership import Membership, RegistrationError
 from groupwire.broker.replication.metadata_watch import MetadataWatcher
+from groupwire.broker.replication.peer import PeerDialer
+from groupwire.broker.replication.peer_auth import PeerSecurity
 from groupwire.broker.replication.replicas import EnsureLocal, ReplicaManager
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.metadata import EVENTS_TOPIC, OFFSETS_TOPIC
@@ -37,6 +40,18 @@ class ClusterStartError(Exception):
     """etcd cannot be reached, or the node id is taken: one line for the operator."""
 
 
+def etcd_tls(settings: BrokerSettings) -> ssl.SSLContext | None:
+    """The context for https:// endpoints from ``--etcd-cafile/certfile/keyfile``; None
+    without them (the system's CAs, no client certificate)."""
+    if not (settings.etcd_cafile or settings.etcd_certfile or settings.etcd_keyfile):
+        return None
+    try:
+        return tls_context(settings.etcd_cafile, settings.etcd_certfile,
+                           settings.etcd_keyfile)
+    except EtcdTlsError as exc:
+        raise ClusterStartError(str(exc)) from None
+
+
 class ClusterNode:
     def __init__(self, settings: BrokerSettings, store: TopicStore, *,
                  metadata_store: MetadataStore | None = None,
@@ -48,7 +63,7 @@ class ClusterNode:
         self.node_id = settings.node_id
         self.cluster = settings.cluster_name
         self._owns_store = metadata_store is None
-        self.etcd: MetadataStore = (EtcdClient(etcd_urls(settings))
+        self.etcd: MetadataStore = (EtcdClient(etcd_urls(settings), tls=etcd_tls(settings))
                                     if metadata_store is None else metadata_store)
         self.watcher = MetadataWatcher(self.etcd, self.cluster)
         self.store = store
@@ -56,6 +71,8 @@ class ClusterNode:
         self.controller: ControllerTask | None = None
         self.replicas: ReplicaManager | None = None
         self.events: EventForwarder | None = None
+        self.dialer = PeerDialer()
+        """How this broker reaches the others' inter-broker listener (set at start)."""
         self.leadership = ClusterLeadership(
             self.node_id, lambda: self.watcher.image, lambda: self.fenced,
             min_insync_replicas=settings.min_insync_replicas)
@@ -78,17 +95,23 @@ class ClusterNode:
         assert self._membership is not None, "start() first"
         return self._membership
 
-    async def start(self, host: str, port: int, *, ensure_local: EnsureLocal,
+    async def start(self, endpoints: Mapping[str, tuple[str, int]], *,
+                    ensure_local: EnsureLocal,
                     delete_local: Callable[[list[str]], None],
                     on_roles: Callable[[set[TopicPartition]], None],
                     append_events: Callable[[list[Event]], bool],
                     on_topics_removed: Callable[[list[str]], None]) -> None:
-        """Register as ``host:port`` (the listener is up), read the metadata, then run.
+        """Register with every listener's advertised ``endpoints`` (the listeners are
+        up), the inter-broker one's as the broker's address; read the metadata, then run.
 
         Raises :class:`ClusterStartError` if etcd does not answer in time or another
         live broker holds this node id."""
         s = self.settings
-        info = BrokerInfo(self.node_id, host, port, s.rack or None, uuid.uuid4().hex)
+        self.dialer = PeerDialer(PeerSecurity.of(s))
+        host, port = endpoints[s.inter_broker_listener().name]
+        info = BrokerInfo(self.node_id, host, port, s.rack or None, uuid.uuid4().hex,
+                          endpoints=tuple(Endpoint(name, h, p)
+                                          for name, (h, p) in endpoints.items()))
         membership = Membership(self.etcd, self.cluster, info,
                                 ttl_s=max(1, math.ceil(s.etcd_lease_ttl_ms / 1000)))
         self._membership = membership
@@ -119,7 +142,8 @@ class ClusterNode:
             on_topics_removed=on_topics_removed)
         self.events = EventForwarder(
             self.node_id, lambda: self.watcher.image,
-            lambda: self.leadership.check(EVENTS_TOPIC, 0) is None, append_events)
+            lambda: self.leadership.check(EVENTS_TOPIC, 0) is None, append_events,
+            dialer=self.dialer)
         self.leaders.start()
         self.replicas.start()
         self.events.start()
@@ -156,7 +180,7 @@ class ClusterNode:
                               wait_max_ms=s.replica_fetch_wait_max_ms,
                               max_bytes=s.replica_fetch_max_bytes,
                               request_timeout_s=REPLICA_REQUEST_TIMEOUT_S,
-                              on_appended=lambda _tp: None)
+                              on_appended=lambda _tp: None, dialer=self.dialer)
 
     async def close(self) -> None:
         """Step down and leave: the lease is revoked, so others take over at once."""

@@ -21,19 +21,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 PR_SET_PDEATHSIG = 1
 WATCHDOG_PERIOD_S = 0.5
 EXEC = "--exec"
 
 
-async def start_child(*argv: str, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+async def start_child(*argv: str, stdout: int, stderr: int,
+                      env: Mapping[str, str] | None = None) -> asyncio.subprocess.Process:
     """``python -m MODULE ARGS`` (or ``--exec PROGRAM ARGS``) in its own process group,
-    dying with this process."""
+    dying with this process; ``env`` is added to this process's environment (secrets go
+    there, never into ``argv``, which ``ps`` shows)."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "groupwire.cli.chaos.child", str(os.getpid()), *argv,
         stdout=stdout, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
-        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        start_new_session=True, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
 
 
 def _set_parent_death_signal() -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 from groupwire.cli.chaos.child import EXEC, start_child
 from groupwire.client.admin import Admin, PartitionDescription
 from groupwire.client.cluster import Cluster
+from groupwire.client.security import SecurityConfig
 
 LEASE_TTL_MS = 1000
 """Brokers' etcd lease: a dead or frozen broker is out of the cluster about a second later."""
@@ -91,6 +92,8 @@ class LocalCluster:
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Future[Any]]
     """Runs a task of the run (each log's drain)."""
     start_s: float = 60.0
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """How the run's clients (here: the role look-ups) reach the brokers."""
     etcd: Node = field(init=False)
     brokers: list[Node] = field(init=False)
     peer_port: int = field(init=False)
@@ -227,12 +230,13 @@ class LocalCluster:
         with contextlib.suppress(Exception):  # any failure: a role left unknown
             async with asyncio.timeout(ROLES_TIMEOUT_S):
                 async with Admin(bootstrap, client_id="chaos-roles",
-                                 request_timeout_ms=2000) as admin:
+                                 request_timeout_ms=2000, security=self.security) as admin:
                     roles.controller = (await admin.describe_cluster()).controller_id
                     roles.partitions = await admin.describe_partitions([topic])
         with contextlib.suppress(Exception):
             async with asyncio.timeout(ROLES_TIMEOUT_S):
-                cluster = Cluster(bootstrap, client_id="chaos-roles", request_timeout_ms=2000)
+                cluster = Cluster(bootstrap, client_id="chaos-roles", request_timeout_ms=2000,
+                                  security=self.security)
                 try:
                     _, port = await cluster.find_coordinator(group)
                 finally:

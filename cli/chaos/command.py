@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from groupwire.broker.logs import configure_logging
-from groupwire.cli.arguments import bootstrap_list, non_negative_int, positive_int
+from groupwire.cli.arguments import (
+    add_security_flags,
+    bootstrap_list,
+    non_negative_int,
+    positive_int,
+    security_from_properties,
+    security_properties,
+)
 from groupwire.cli.chaos.runner import (
     EXTERNAL_SESSION_TIMEOUT_MS,
     OWN_BROKER_SESSION_TIMEOUT_MS,
@@ -70,6 +77,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rebalance-report", action="store_true",
                    help="with --report: also write the Spark rebalance report of the run to "
                    "DIR/rebalance-report (needs the spark extra and Java)")
+    add_security_flags(p)  # for --bootstrap's broker; the consumers get them too
     p.set_defaults(func=_cmd_chaos)
 
 
@@ -90,6 +98,14 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
     if opts.cluster and opts.rebalance_report:
         raise CliError("--rebalance-report: not with --cluster (the run stops its brokers "
                        "to read their logs)")
+    props = security_properties(args)
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT" and opts.bootstrap is None:
+        raise CliError(f"security protocol {protocol}: the run's own broker"
+                       f"{' and cluster' if opts.cluster else ''} listen in plaintext; pass "
+                       f"--bootstrap with a secured broker's listener")
+    opts.client_properties = props
+    opts.security = security_from_properties(props)
     return opts
 
 

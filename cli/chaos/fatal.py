@@ -77,6 +77,14 @@ def explain(code: str, message: str, *, member: str, session_timeout_ms: int,
         return (f"the broker at {bootstrap} does not let this client use the group {group!r} "
                 f"(GROUP_AUTHORIZATION_FAILED): grant it access, or pass --group with a "
                 f"group it may use")
+    if code == "TOPIC_AUTHORIZATION_FAILED":
+        return (f"the broker at {bootstrap} does not let this client read the run's topic "
+                f"(TOPIC_AUTHORIZATION_FAILED): grant its user READ and DESCRIBE on the "
+                f"topic, or pass --topic with one it may read")
+    if code in ("SASL_AUTHENTICATION_FAILED", "UNSUPPORTED_SASL_MECHANISM"):
+        return (f"the broker at {bootstrap} refused consumer {member}'s credentials "
+                f"({code}: {message}): check --sasl-username, --sasl-mechanism and the "
+                f"password (GROUPWIRE_SASL_PASSWORD or --command-config)")
     if code == "INVALID_GROUP_ID":
         return (f"the broker at {bootstrap} refuses the group id {group!r} (INVALID_GROUP_ID): "
                 f"pass --group with another name")

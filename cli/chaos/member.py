@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from groupwire.cli.chaos.fatal import FATAL_EXIT, FATAL_PREFIX, Backoff, code_of, is_fatal
+from groupwire.cli.child_security import open_connection, security_from_env
 from groupwire.client import Consumer, RebalanceListener, TopicPartition
-from groupwire.client.connection import Connection
 from groupwire.client.errors import CommitFailedError, GroupwireError
+from groupwire.client.security import SecurityConfig
 from groupwire.client.types import parse_bootstrap
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -110,14 +111,17 @@ class Reporter(RebalanceListener):
         return self.identity.copy()
 
 
-async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Identity) -> None:
+async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Identity,
+                          security: SecurityConfig | None = None) -> None:
     """Fetch and commit as the member this process was before it was frozen.
 
     The consumer itself notices the freeze and stops handing out records, so it never tries
     this; the probe does, on a separate connection, to show what the broker does with a
     zombie's requests once its partitions have moved: it must refuse both. The commit
     re-commits this member's own last committed offsets, so an accepted one can only move
-    an offset backwards, which the run's offset samples would catch too.
+    an offset backwards, which the run's offset samples would catch too. It connects
+    as the consumer does (``security``), so a broker that ties members to principals
+    sees the same user: what refuses it is the fencing, not the ACLs.
     """
     if not who.partitions:
         return
@@ -126,8 +130,9 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
     commit: dict[str, str] = {}
     host, port = parse_bootstrap(args.bootstrap)[0]
     try:
-        async with await Connection.open(host, port, client_id=args.name + "-zombie",
-                                         connect_timeout=5.0) as conn:
+        async with await open_connection(host, port, security or SecurityConfig(),
+                                         client_id=args.name + "-zombie",
+                                         timeout=5.0) as conn:
             parts = [FetchPartition(partition=p, fetch_offset=who.committed.get(p, 0),
                                     partition_max_bytes=1024)
                      for p in sorted(who.partitions)]
@@ -150,7 +155,7 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
                     timeout=5.0, response_type=OffsetCommitResponse)
                 commit = {str(d.partition_index): ErrorCode.name_of(d.error_code)
                           for r in cr.topics for d in r.partitions}
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, GroupwireError) as exc:
         journal.write(event="zombie_probe", sent=sent, generation=who.generation,
                       member=who.member, partitions=sorted(who.partitions), error=repr(exc))
         return
@@ -163,26 +168,35 @@ async def run(args: argparse.Namespace) -> None:
     journal = Journal(args.journal)
     stop = asyncio.Event()
     probes: set[asyncio.Task[None]] = set()
+    security = security_from_env()  # the runner's settings: never in argv
     consumer = Consumer(
         args.bootstrap, group_id=args.group, client_id=args.name,
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=max(50, args.session_timeout_ms // 6),
         request_timeout_ms=max(5000, args.session_timeout_ms),
         enable_auto_commit=False, auto_offset_reset="earliest", retry_backoff_ms=50,
-        close_timeout_ms=3000)
+        close_timeout_ms=3000, security=security)
     reporter = Reporter(journal, consumer)
     identity = reporter.identity
 
     def resumed() -> None:
         # Runs at the loop's first turn after SIGCONT, before the consumer can rejoin.
         snapshot = reporter.frozen_identity()
-        task = asyncio.get_running_loop().create_task(probe_as_zombie(args, journal, snapshot))
+        task = asyncio.get_running_loop().create_task(
+            probe_as_zombie(args, journal, snapshot, security))
         probes.add(task)
         task.add_done_callback(probes.discard)
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGCONT, resumed)
+    try:
+        await consumer.start()  # refused credentials show here: a fatal error, not a crash
+    except GroupwireError as exc:
+        if is_fatal(exc):
+            _report_fatal(journal, exc)
+            raise SystemExit(FATAL_EXIT) from None
+        raise
     async with consumer:
         consumer.subscribe([args.topic], listener=reporter)
         backoff = Backoff()

@@ -8,6 +8,7 @@ report explains a run, it does not judge it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -27,9 +28,11 @@ REPORT_DIR = "rebalance-report"
 
 async def write_rebalance_report(bootstrap: str, report_dir: Path, group: str,
                                  console: Console, since_ms: int | None = None,
+                                 security: Mapping[str, str] | None = None,
                                  ) -> Path | None:
     """Run the job on ``group``'s events (from ``since_ms``) into ``report_dir/rebalance-report``;
-    the page's path, or None (after saying why) when it could not be written."""
+    the page's path, or None (after saying why) when it could not be written. ``security``:
+    the run's client properties, handed to the job in its environment."""
     reason = spark_missing()
     if reason is not None:
         console.print(f"[yellow]rebalance report skipped[/]: {reason}")
@@ -39,7 +42,7 @@ async def write_rebalance_report(bootstrap: str, report_dir: Path, group: str,
     cmd = job_command(bootstrap, out, group=group, since_ms=since_ms)
     with (out / SPARK_LOG).open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, env=job_env())
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=log, env=job_env(security))
         assert proc.stdout is not None
         page: str | None = None
         async for raw in proc.stdout:

@@ -51,12 +51,13 @@ from groupwire.cli.chaos.verdict import (
     produce_gaps,
     read_journals,
 )
+from groupwire.cli.child_security import child_env, open_connection
 from groupwire.cli.output import table
 from groupwire.client.admin import Admin, TopicSpec
 from groupwire.client.cluster import Cluster
-from groupwire.client.connection import Connection
 from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
+from groupwire.client.security import SecurityConfig
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 
@@ -106,6 +107,10 @@ class ChaosOptions:
     """Brokers of the run's own cluster (with its own etcd); 0: one broker, no etcd."""
     group: str | None = None
     """None: ``chaos-group-SEED-STAMP``, a group of this run only."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """How every client of the run reaches the broker (``bootstrap``'s only)."""
+    client_properties: dict[str, str] = field(default_factory=dict, repr=False)
+    """``security`` as Kafka client properties: the member processes build their own."""
 
     @property
     def session_timeout(self) -> int:
@@ -212,7 +217,8 @@ async def _scenario(run: Run) -> Verdict:
         await _start_broker(run)
     else:
         run.bootstrap = opts.bootstrap
-    async with Admin(run.bootstrap, client_id="chaos-admin") as admin:
+    async with Admin(run.bootstrap, client_id="chaos-admin",
+                     security=opts.security) as admin:
         try:
             async with asyncio.timeout(ADMIN_TIMEOUT_S):
                 if opts.cluster:
@@ -299,7 +305,8 @@ async def _scenario(run: Run) -> Verdict:
             try:
                 async with asyncio.timeout(REBALANCE_REPORT_S):
                     await write_rebalance_report(run.bootstrap, opts.report, run.group,
-                                                 run.console, since_ms=started_ms)
+                                                 run.console, since_ms=started_ms,
+                                                 security=opts.client_properties)
             except TimeoutError:
                 run.console.print(f"[yellow]rebalance report skipped[/]: the job took longer "
                                   f"than {REBALANCE_REPORT_S:.0f} s")
@@ -308,7 +315,7 @@ async def _scenario(run: Run) -> Verdict:
 
 async def _start_cluster(run: Run) -> None:
     cluster = LocalCluster(run.workdir, run.opts.cluster, BROKER_ARGS, run.spawn,
-                           start_s=BROKER_START_S)
+                           start_s=BROKER_START_S, security=run.opts.security)
     run.cluster = cluster
     try:
         await cluster.start()
@@ -401,8 +408,10 @@ def _free_port() -> int:
 
 async def _start_child(run: Run, module: str, *args: str,
                        stdout: int, stderr: int) -> asyncio.subprocess.Process:
-    """``python -m module args`` in its own process group, dying with this process."""
-    return await start_child(module, *args, stdout=stdout, stderr=stderr)
+    """``python -m module args`` in its own process group, dying with this process, with
+    the run's security settings in its environment (a password is never an argument)."""
+    return await start_child(module, *args, stdout=stdout, stderr=stderr,
+                             env=child_env(run.opts.client_properties))
 
 
 async def _start_broker(run: Run) -> None:
@@ -622,7 +631,7 @@ async def _produce(run: Run) -> None:
 
     run.produce_span = (time.time(), time.time())
     async with Producer(run.bootstrap, client_id="chaos-producer", linger_ms=5,
-                        request_timeout_ms=30000) as producer:
+                        request_timeout_ms=30000, security=opts.security) as producer:
         while sent < opts.records:
             for i in range(sent, min(sent + 50, opts.records)):
                 value = f"r{i}".encode()
@@ -660,7 +669,7 @@ async def _sample_offsets(run: Run) -> None:
     while time.monotonic() < run.deadline:
         try:
             async with Admin(run.bootstrap, client_id="chaos-monitor",
-                             request_timeout_ms=2000) as admin:
+                             request_timeout_ms=2000, security=run.opts.security) as admin:
                 while time.monotonic() < run.deadline:
                     offsets = await admin.list_consumer_group_offsets(run.group)
                     sample = {tp.partition: om.offset for tp, om in offsets.items()
@@ -680,11 +689,11 @@ async def _sample_from_coordinator(run: Run) -> None:
     assert run.cluster is not None
     while time.monotonic() < run.deadline:
         cluster = Cluster(run.cluster.live_bootstrap(), client_id="chaos-monitor",
-                          request_timeout_ms=2000)
+                          request_timeout_ms=2000, security=run.opts.security)
         try:
             host, port = await cluster.find_coordinator(run.group)
-            async with await Connection.open(host, port, client_id="chaos-monitor",
-                                             connect_timeout=2.0) as conn:
+            async with await open_connection(host, port, run.opts.security,
+                                             client_id="chaos-monitor", timeout=2.0) as conn:
                 while time.monotonic() < run.deadline:
                     resp = await conn.send(OffsetFetchRequest(group_id=run.group), timeout=2.0,
                                            response_type=OffsetFetchResponse)

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -83,10 +83,13 @@ def spark_session(master: str | None) -> SparkSession:
     return session
 
 
-def read_events(spark: SparkSession, bootstrap: str) -> DataFrame:
-    """All of ``__group_events`` (one partition, §9) through the ``groupwire`` source."""
+def read_events(spark: SparkSession, bootstrap: str,
+                security: Mapping[str, str] | None = None) -> DataFrame:
+    """All of ``__group_events`` (one partition, §9) through the ``groupwire`` source;
+    ``security``: its security options (Kafka client properties)."""
     register(spark)
     return (spark.read.format("groupwire").option("bootstrap", bootstrap)
+            .options(**dict(security or {}))
             .option("subscribe", EVENTS_TOPIC).option("startingOffsets", "earliest")
             .option("endingOffsets", "latest").load())
 
@@ -156,7 +159,7 @@ def run_report(opts: ReportOptions, progress: Progress = lambda _: None) -> Repo
     spark = spark_session(opts.master)
     try:
         progress(f"reading {EVENTS_TOPIC} from {opts.bootstrap}")
-        records = read_events(spark, opts.bootstrap)
+        records = read_events(spark, opts.bootstrap, opts.security)
         return build_report(spark, records, opts, progress)
     finally:
         if opts.master is not None:

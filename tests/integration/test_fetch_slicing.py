@@ -94,11 +94,11 @@ class SentSpy:
         handle = fetches.handle
 
         def spy(conn_id: int, request: FetchRequest, reply: Any,
-                *rest: Any) -> None:
+                *rest: Any, **named: Any) -> None:
             def record(response: FetchResponse, *, long: bool = False) -> None:
                 self.sent.append(response)
                 reply(response, long=long)
-            handle(conn_id, request, record, *rest)
+            handle(conn_id, request, record, *rest, **named)
 
         monkeypatch.setattr(fetches, "handle", spy)
 

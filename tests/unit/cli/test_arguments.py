@@ -40,7 +40,8 @@ def test_every_subcommand_is_registered() -> None:
     parser = build_parser()
     for argv in (["broker"], ["demo"], ["topics", "list"], ["groups", "lag", "g"],
                  ["produce", "--topic", "t"], ["consume", "--topic", "t"], ["chaos"],
-                 ["report", "--out", "o"], ["health"]):
+                 ["report", "--out", "o"], ["health"], ["acls", "list"],
+                 ["users", "list"]):
         args = parser.parse_args(argv)
         assert args.command == argv[0] and callable(args.func), argv
 

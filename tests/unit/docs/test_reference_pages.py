@@ -39,7 +39,8 @@ def _help(*command: str) -> str:
 def test_cli_page_covers_every_command_and_action() -> None:
     commands = [name for name, _ in HOOK.command_helps()]
     assert {"groupwire", "groupwire broker", "groupwire topics create",
-            "groupwire groups reset-offsets", "groupwire chaos"} <= set(commands)
+            "groupwire groups reset-offsets", "groupwire chaos", "groupwire acls remove",
+            "groupwire users add"} <= set(commands)
     assert (DOCS / "reference" / "cli.md").read_text().count(HOOK.CLI_MARKER) == 1
 
 

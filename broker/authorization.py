@@ -1,0 +1,422 @@
+"""Which ACL each API needs, as Kafka's brokers check them, and what a refusal looks like.
+
+:func:`guard` takes a request and a question, ``allowed(operation, resource_type, name,
+audit)``, bound to the caller's principal and host; it returns what to run (the request,
+perhaps with the resources the caller may not touch taken out), what to answer now, and
+how to put the refused resources back into the answer. It decides nothing about the
+groups or topics themselves and reads no state, so the shell can ask it before anything
+else runs, and tests can drive it with a table.
+
+``audit`` False marks a question whose "no" is a filter rather than a refusal (ListGroups
+and an all-topics Metadata leave out what the caller may not see, as Kafka does, without
+logging a denial per group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Final, Protocol, TypeVar
+
+from groupwire.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    AclCreationResult,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
+    CreatableTopicResult,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableGroupResult,
+    DeletableTopicResult,
+    DeleteAclsFilterResult,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest,
+    EpochEndOffset,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+    FetchTopicResponse,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
+    OffsetForLeaderTopicResult,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    SyncGroupRequest,
+    TopicProduceResponse,
+    response_type_for,
+)
+
+__all__ = ["CLUSTER_DENIED", "GROUP_DENIED", "TOPIC_DENIED", "Allowed", "Guarded", "guard"]
+
+READ, WRITE, CREATE, DELETE = (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
+                               AclOperation.DELETE)
+ALTER, DESCRIBE, CLUSTER_ACTION = (AclOperation.ALTER, AclOperation.DESCRIBE,
+                                   AclOperation.CLUSTER_ACTION)
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+
+TOPIC_DENIED: Final = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+GROUP_DENIED: Final = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+CLUSTER_DENIED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
+class Allowed(Protocol):
+    def __call__(self, operation: AclOperation, resource_type: ResourceType, name: str,
+                 audit: bool = True) -> bool: ...
+
+
+Finish = Callable[[Response], Response]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Guarded:
+    """``answer``: reply with it now and run nothing. Otherwise run ``request`` and pass
+    its answer through ``finish`` (when set) before it is sent."""
+
+    request: Request | None = None
+    answer: Response | None = None
+    finish: Finish | None = None
+
+
+def _split(items: list[T], ok: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    """``items`` the caller may use and those it may not, each question asked once."""
+    kept: list[T] = []
+    refused: list[T] = []
+    for item in items:
+        (kept if ok(item) else refused).append(item)
+    return kept, refused
+
+
+def _topic_message(operation: AclOperation, name: str) -> str:
+    return f"not authorized to {operation.name} topic {name!r}"
+
+
+def _group_message(operation: AclOperation, name: str) -> str:
+    return f"not authorized to {operation.name} group {name!r}"
+
+
+def _cluster_message(operation: AclOperation) -> str:
+    return f"not authorized to {operation.name} the cluster"
+
+
+def _refuse(request: Request, code: int, message: str) -> Guarded:
+    return Guarded(answer=response_type_for(request)(error_code=code, error_message=message))
+
+
+def _trim(request: Request, field: str, kept: list[Any], answer: type[Response],
+          answer_field: str, refused: list[Any], *, keep_refusal: bool = False) -> Guarded:
+    """Run ``request`` with ``field`` narrowed to ``kept``, adding ``refused`` to its
+    answer's ``answer_field``; answer ``refused`` alone when nothing is kept.
+    ``keep_refusal``: an answer refused as a whole (top-level error) stays as it is."""
+    if not refused:
+        return Guarded(request=request)
+    if not kept:
+        only: dict[str, Any] = {answer_field: refused}
+        return Guarded(answer=answer(**only))
+
+    def finish(response: Response) -> Response:
+        if keep_refusal and response.error_code:
+            return response
+        merged: dict[str, Any] = {answer_field: [*getattr(response, answer_field),
+                                                 *refused]}
+        return replace(response, **merged)
+    return Guarded(request=replace(request, **{field: kept}), finish=finish)
+
+
+def _whole_group(request: Request, group_id: str, operation: AclOperation,
+                 allowed: Allowed) -> Guarded:
+    if allowed(operation, GROUP, group_id):
+        return Guarded(request=request)
+    return _refuse(request, GROUP_DENIED, _group_message(operation, group_id))
+
+
+def _whole_cluster(request: Request, operation: AclOperation, allowed: Allowed) -> Guarded:
+    if allowed(operation, CLUSTER, CLUSTER_NAME):
+        return Guarded(request=request)
+    return _refuse(request, CLUSTER_DENIED, _cluster_message(operation))
+
+
+# --- topics, partition by partition ------------------------------------------------------
+
+
+def _produce(request: ProduceRequest, allowed: Allowed) -> Guarded:
+    if request.internal:  # a broker forwarding group events: brokers only
+        return _whole_cluster(request, CLUSTER_ACTION, allowed)
+    kept, denied = _split(request.topic_data, lambda t: allowed(WRITE, TOPIC, t.name))
+    refused = [TopicProduceResponse(name=t.name, partition_responses=[
+        PartitionProduceResponse(index=p.index, error_code=TOPIC_DENIED,
+                                 error_message=_topic_message(WRITE, t.name))
+        for p in t.partition_data]) for t in denied]
+    return _trim(request, "topic_data", kept, ProduceResponse, "responses", refused)
+
+
+def _fetch(request: FetchRequest, allowed: Allowed) -> Guarded:
+    if request.replica_id >= 0:  # a follower: brokers only
+        return _whole_cluster(request, CLUSTER_ACTION, allowed)
+    kept, denied = _split(request.topics, lambda t: allowed(READ, TOPIC, t.topic))
+    refused = [FetchTopicResponse(topic=t.topic, partitions=[
+        FetchPartitionData(partition_index=p.partition, error_code=TOPIC_DENIED,
+                           error_message=_topic_message(READ, t.topic))
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, FetchResponse, "responses", refused, keep_refusal=True)
+
+
+def _list_offsets(request: ListOffsetsRequest, allowed: Allowed) -> Guarded:
+    kept, denied = _split(request.topics, lambda t: allowed(DESCRIBE, TOPIC, t.name))
+    refused = [ListOffsetsTopicResponse(name=t.name, partitions=[
+        ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_DENIED,
+                                     error_message=_topic_message(DESCRIBE, t.name))
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, ListOffsetsResponse, "topics", refused)
+
+
+def _offsets_for_leader_epoch(request: OffsetsForLeaderEpochRequest,
+                              allowed: Allowed) -> Guarded:
+    if request.replica_id >= 0:
+        return _whole_cluster(request, CLUSTER_ACTION, allowed)
+    kept, denied = _split(request.topics, lambda t: allowed(DESCRIBE, TOPIC, t.topic))
+    refused = [OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+        EpochEndOffset(partition=p.partition, error_code=TOPIC_DENIED,
+                       error_message=_topic_message(DESCRIBE, t.topic))
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, OffsetsForLeaderEpochResponse, "topics", refused)
+
+
+def _metadata(request: MetadataRequest, allowed: Allowed) -> Guarded:
+    if request.topics is None:  # every topic: those the caller may not see are left out
+
+        def visible(response: Response) -> Response:
+            assert isinstance(response, MetadataResponse)
+            return replace(response, topics=[
+                t for t in response.topics if allowed(DESCRIBE, TOPIC, t.name, False)])
+        return Guarded(request=request, finish=visible)
+    kept, denied = _split(request.topics, lambda t: allowed(DESCRIBE, TOPIC, t.name))
+    refused = [MetadataTopic(name=t.name, error_code=TOPIC_DENIED,
+                             error_message=_topic_message(DESCRIBE, t.name))
+               for t in denied]
+    creating = request.allow_auto_topic_creation and not allowed(
+        CREATE, CLUSTER, CLUSTER_NAME, False)
+    narrowed = request
+    if refused or creating:
+        # auto-creation needs CREATE on the cluster or on each topic (Kafka's rule); a
+        # caller without it gets the topics that exist, as with creation off
+        auto = request.allow_auto_topic_creation and all(
+            allowed(CREATE, TOPIC, t.name, False) for t in kept)
+        narrowed = replace(request, topics=kept, allow_auto_topic_creation=auto)
+    if not refused:
+        return Guarded(request=narrowed)
+
+    def finish(response: Response) -> Response:
+        assert isinstance(response, MetadataResponse)
+        return replace(response, topics=[*response.topics, *refused])
+    return Guarded(request=narrowed, finish=finish)
+
+
+def _create_topics(request: CreateTopicsRequest, allowed: Allowed) -> Guarded:
+    if allowed(CREATE, CLUSTER, CLUSTER_NAME, False):
+        return Guarded(request=request)
+    kept, denied = _split(request.topics, lambda t: allowed(CREATE, TOPIC, t.name))
+    refused = [CreatableTopicResult(name=t.name, error_code=TOPIC_DENIED,
+                                    error_message=_topic_message(CREATE, t.name))
+               for t in denied]
+    return _trim(request, "topics", kept, CreateTopicsResponse, "topics", refused)
+
+
+def _create_partitions(request: CreatePartitionsRequest, allowed: Allowed) -> Guarded:
+    kept, denied = _split(request.topics, lambda t: allowed(ALTER, TOPIC, t.name))
+    refused = [CreatePartitionsTopicResult(name=t.name, error_code=TOPIC_DENIED,
+                                           error_message=_topic_message(ALTER, t.name))
+               for t in denied]
+    return _trim(request, "topics", kept, CreatePartitionsResponse, "results", refused)
+
+
+def _delete_topics(request: DeleteTopicsRequest, allowed: Allowed) -> Guarded:
+    kept, denied = _split(request.topic_names, lambda n: allowed(DELETE, TOPIC, n))
+    refused = [DeletableTopicResult(name=n, error_code=TOPIC_DENIED,
+                                    error_message=_topic_message(DELETE, n))
+               for n in denied]
+    return _trim(request, "topic_names", kept, DeleteTopicsResponse, "responses", refused)
+
+
+# --- groups ---------------------------------------------------------------------------------
+
+
+def _offset_commit(request: OffsetCommitRequest, allowed: Allowed) -> Guarded:
+    if not allowed(READ, GROUP, request.group_id):
+        message = _group_message(READ, request.group_id)
+        return Guarded(answer=OffsetCommitResponse(topics=[OffsetCommitResponseTopic(
+            name=t.name, partitions=[OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=GROUP_DENIED,
+                error_message=message) for p in t.partitions]) for t in request.topics]))
+    kept, denied = _split(request.topics, lambda t: allowed(READ, TOPIC, t.name))
+    refused = [OffsetCommitResponseTopic(name=t.name, partitions=[
+        OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                      error_code=TOPIC_DENIED,
+                                      error_message=_topic_message(READ, t.name))
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, OffsetCommitResponse, "topics", refused)
+
+
+def _offset_fetch(request: OffsetFetchRequest, allowed: Allowed) -> Guarded:
+    if not allowed(DESCRIBE, GROUP, request.group_id):
+        return _refuse(request, GROUP_DENIED, _group_message(DESCRIBE, request.group_id))
+    if request.topics is None:  # every committed topic: leave out those not describable
+
+        def visible(response: Response) -> Response:
+            assert isinstance(response, OffsetFetchResponse)
+            return replace(response, topics=[
+                t for t in response.topics if allowed(DESCRIBE, TOPIC, t.name, False)])
+        return Guarded(request=request, finish=visible)
+    kept, denied = _split(request.topics, lambda t: allowed(DESCRIBE, TOPIC, t.name))
+    refused = [OffsetFetchResponseTopic(name=t.name, partitions=[
+        OffsetFetchResponsePartition(partition_index=p, error_code=TOPIC_DENIED,
+                                     error_message=_topic_message(DESCRIBE, t.name))
+        for p in t.partition_indexes]) for t in denied]
+    return _trim(request, "topics", kept, OffsetFetchResponse, "topics", refused, keep_refusal=True)
+
+
+def _describe_groups(request: DescribeGroupsRequest, allowed: Allowed) -> Guarded:
+    kept, denied = _split(request.groups, lambda g: allowed(DESCRIBE, GROUP, g))
+    refused = [DescribedGroup(group_id=g, error_code=GROUP_DENIED,
+                              error_message=_group_message(DESCRIBE, g))
+               for g in denied]
+    return _trim(request, "groups", kept, DescribeGroupsResponse, "groups", refused)
+
+
+def _delete_groups(request: DeleteGroupsRequest, allowed: Allowed) -> Guarded:
+    kept, denied = _split(request.groups_names, lambda g: allowed(DELETE, GROUP, g))
+    refused = [DeletableGroupResult(group_id=g, error_code=GROUP_DENIED,
+                                    error_message=_group_message(DELETE, g))
+               for g in denied]
+    return _trim(request, "groups_names", kept, DeleteGroupsResponse, "results", refused)
+
+
+def _list_groups(request: ListGroupsRequest, allowed: Allowed) -> Guarded:
+    if allowed(DESCRIBE, CLUSTER, CLUSTER_NAME, False):
+        return Guarded(request=request)
+
+    def visible(response: Response) -> Response:
+        assert isinstance(response, ListGroupsResponse)
+        return replace(response, groups=[
+            g for g in response.groups if allowed(DESCRIBE, GROUP, g.group_id, False)])
+    return Guarded(request=request, finish=visible)
+
+
+def _alter_credentials(request: AlterUserScramCredentialsRequest, allowed: Allowed,
+                       ) -> Guarded:
+    if allowed(ALTER, CLUSTER, CLUSTER_NAME):
+        return Guarded(request=request)
+    users = dict.fromkeys([*(d.name for d in request.deletions),
+                           *(u.name for u in request.upsertions)])
+    message = _cluster_message(ALTER)
+    return Guarded(answer=AlterUserScramCredentialsResponse(
+        error_code=CLUSTER_DENIED, error_message=message, results=[
+        AlterUserScramCredentialsResult(user=u, error_code=CLUSTER_DENIED,
+                                        error_message=message) for u in users]))
+
+
+def _create_acls(request: CreateAclsRequest, allowed: Allowed) -> Guarded:
+    if allowed(ALTER, CLUSTER, CLUSTER_NAME):
+        return Guarded(request=request)
+    message = _cluster_message(ALTER)
+    return Guarded(answer=CreateAclsResponse(
+        error_code=CLUSTER_DENIED, error_message=message,
+        results=[AclCreationResult(error_code=CLUSTER_DENIED, error_message=message)
+                 for _ in request.creations]))
+
+
+def _delete_acls(request: DeleteAclsRequest, allowed: Allowed) -> Guarded:
+    if allowed(ALTER, CLUSTER, CLUSTER_NAME):
+        return Guarded(request=request)
+    message = _cluster_message(ALTER)
+    return Guarded(answer=DeleteAclsResponse(
+        error_code=CLUSTER_DENIED, error_message=message,
+        filter_results=[DeleteAclsFilterResult(error_code=CLUSTER_DENIED,
+                                               error_message=message)
+                        for _ in request.filters]))
+
+
+def guard(request: Request, allowed: Allowed) -> Guarded:
+    """What ``request`` may do for the caller ``allowed`` speaks for (module docstring)."""
+    kind = type(request)
+    if isinstance(request, (HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
+                            LeaveGroupRequest)):
+        return _whole_group(request, request.group_id, READ, allowed)
+    if isinstance(request, FindCoordinatorRequest):
+        if request.key_type != 0:
+            return Guarded(request=request)  # refused for its key type anyway
+        return _whole_group(request, request.key, DESCRIBE, allowed)
+    by_cluster = _CLUSTER_OPERATION.get(kind)
+    if by_cluster is not None:
+        return _whole_cluster(request, by_cluster, allowed)
+    check = _CHECKS.get(kind)
+    if check is None:  # ApiVersions, SaslHandshake, SaslAuthenticate
+        return Guarded(request=request)
+    return check(request, allowed)
+
+
+_CLUSTER_OPERATION: Final[dict[type, AclOperation]] = {
+    ElectLeadersRequest: ALTER,
+    DescribeAclsRequest: DESCRIBE,
+    DescribeUserScramCredentialsRequest: DESCRIBE,
+}
+
+_CHECKS: Final[dict[type, Callable[..., Guarded]]] = {
+    ProduceRequest: _produce,
+    FetchRequest: _fetch,
+    ListOffsetsRequest: _list_offsets,
+    OffsetsForLeaderEpochRequest: _offsets_for_leader_epoch,
+    MetadataRequest: _metadata,
+    CreateTopicsRequest: _create_topics,
+    CreatePartitionsRequest: _create_partitions,
+    DeleteTopicsRequest: _delete_topics,
+    OffsetCommitRequest: _offset_commit,
+    OffsetFetchRequest: _offset_fetch,
+    DescribeGroupsRequest: _describe_groups,
+    DeleteGroupsRequest: _delete_groups,
+    ListGroupsRequest: _list_groups,
+    AlterUserScramCredentialsRequest: _alter_credentials,
+    CreateAclsRequest: _create_acls,
+    DeleteAclsRequest: _delete_acls,
+}

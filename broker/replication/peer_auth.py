@@ -1,0 +1,137 @@
+"""How a broker proves itself to another one's inter-broker listener: TLS that checks the
+peer against ``--ssl-cafile`` and presents this broker's own certificate (so a listener
+requiring client certificates takes it, its CN the principal on a plain SSL listener),
+then SASL PLAIN or SCRAM as ``--inter-broker-sasl-username``. The principal must hold
+CLUSTER_ACTION on the cluster (or be a super user): replica fetches and forwarded group
+events need it once ``--authorizer acl`` is on.
+
+The broker's own client side of SaslHandshake and SaslAuthenticate: the SDK's lives in
+the client layer, which the broker does not import.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeVar
+
+from scramp import ScramClient, ScramException
+
+from groupwire.broker.config import BrokerSettings
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    Request,
+    Response,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+R = TypeVar("R", bound=Response)
+
+PLAIN: Final = "PLAIN"
+
+
+class PeerAuthFailed(Exception):
+    """The peer refused this broker's credentials or certificate, or could not prove it
+    holds the credential: one line for the operator, never the password."""
+
+
+class Requester(Protocol):
+    async def request(self, request: Request, response_type: type[R], *,
+                      timeout_s: float) -> R: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSecurity:
+    """How this broker connects to the others; the default is plain TCP."""
+
+    listener: str = "PLAINTEXT"
+    """The inter-broker listener's name, which is its security protocol."""
+    mechanism: str = "SCRAM-SHA-512"
+    username: str = ""
+    password: str = field(default="", repr=False)
+    cafile: str = ""
+    certfile: str = ""
+    keyfile: str = ""
+
+    @classmethod
+    def of(cls, settings: BrokerSettings) -> PeerSecurity:
+        return cls(listener=settings.inter_broker_listener().name,
+                   mechanism=settings.inter_broker_sasl_mechanism,
+                   username=settings.inter_broker_sasl_username,
+                   password=settings.inter_broker_sasl_password,
+                   cafile=settings.ssl_cafile, certfile=settings.ssl_certfile,
+                   keyfile=settings.ssl_keyfile)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.listener in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.listener in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context read from the files now, so a new peer connection uses
+        renewed certificates without a restart; None without TLS. Raises OSError or
+        ssl.SSLError if the files do not load."""
+        if not self.uses_tls:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
+                                         cafile=self.cafile or None)
+        if self.certfile:
+            ctx.load_cert_chain(self.certfile, self.keyfile or None)
+        return ctx
+
+
+async def authenticate(conn: Requester, security: PeerSecurity, peer: str,
+                       timeout_s: float) -> None:
+    """SaslHandshake, then PLAIN's one or SCRAM's two SaslAuthenticate rounds, checking
+    the peer's SCRAM signature. Raises :class:`PeerAuthFailed` on a refusal; the
+    connection's own errors pass through."""
+    mechanism, user = security.mechanism, security.username
+    shake = await conn.request(SaslHandshakeRequest(mechanism=mechanism),
+                               SaslHandshakeResponse, timeout_s=timeout_s)
+    if shake.error_code != ErrorCode.NONE:
+        raise PeerAuthFailed(
+            f"{peer} does not take SASL mechanism {mechanism} (it enables "
+            f"{', '.join(shake.mechanisms) or 'none'}): {shake.error_message or ''}")
+    if mechanism == PLAIN:
+        await _round(conn, b"\0" + user.encode() + b"\0" + security.password.encode(),
+                     security, peer, timeout_s)
+        return
+    scram = ScramClient([mechanism], user, security.password)
+    try:
+        first = await _round(conn, scram.get_client_first().encode(), security, peer,
+                             timeout_s)
+        scram.set_server_first(first.decode())
+        final = await _round(conn, scram.get_client_final().encode(), security, peer,
+                             timeout_s)
+        scram.set_server_final(final.decode())
+    except (ScramException, UnicodeDecodeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PeerAuthFailed(
+            f"{peer} failed the {mechanism} exchange for user {user!r}: its answer is not "
+            f"a valid proof ({reason}); it may not hold this user's credential") from None
+
+
+async def _round(conn: Requester, data: bytes, security: PeerSecurity, peer: str,
+                 timeout_s: float) -> bytes:
+    answer = await conn.request(SaslAuthenticateRequest(auth_bytes=data),
+                                SaslAuthenticateResponse, timeout_s=timeout_s)
+    if answer.error_code != ErrorCode.NONE:
+        raise PeerAuthFailed(
+            f"{peer} refused user {security.username!r} with {security.mechanism} "
+            f"({_code_name(answer.error_code)}: {answer.error_message or 'no message'}); "
+            f"check "
+            f"--inter-broker-sasl-username, its password and the user's credential")
+    return bytes(answer.auth_bytes)
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

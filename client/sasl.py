@@ -1,0 +1,91 @@
+"""The client's side of SASL (Kafka's SaslHandshake + SaslAuthenticate, API 17 and 36).
+
+Each connection authenticates once, right after ApiVersions: the handshake names the
+mechanism, then PLAIN sends one message and SCRAM-SHA-256/512 two (RFC 5802: client-first,
+client-final), checking the broker's final signature so that a peer which does not hold
+the credential cannot pass for the broker. A refusal raises
+:class:`AuthenticationFailedError`, which callers never retry; the message names the user
+and mechanism, never the password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from scramp import ScramClient, ScramException
+
+from groupwire.client.connection import Connection
+from groupwire.client.errors import (
+    AuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+    error_for,
+)
+from groupwire.client.security import SecurityConfig
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+__all__ = ["authenticate"]
+
+
+async def authenticate(conn: Connection, config: SecurityConfig, timeout: float) -> None:
+    """Authenticate ``conn`` as ``config`` says, within ``timeout`` s in all (TimeoutError
+    otherwise); nothing to do without SASL. Raises :class:`AuthenticationFailedError` for
+    refused credentials (or a broker whose SCRAM proof is wrong),
+    :class:`UnsupportedSaslMechanismError` when the broker does not enable the mechanism,
+    ``ConnectionClosedError`` when the connection is lost meanwhile."""
+    if not config.uses_sasl:
+        return
+    mechanism = config.sasl_mechanism
+    user = config.sasl_plain_username or ""
+    password = config.sasl_plain_password or ""
+    async with asyncio.timeout(timeout):
+        shake = await conn.send(SaslHandshakeRequest(mechanism=mechanism),
+                                response_type=SaslHandshakeResponse)
+        if shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
+            raise UnsupportedSaslMechanismError(
+                f"{conn.peer} does not enable SASL mechanism {mechanism}; it enables "
+                f"{', '.join(shake.mechanisms) or 'none'}", code=shake.error_code)
+        if shake.error_code != ErrorCode.NONE:
+            raise error_for(shake.error_code, shake.error_message
+                            or f"SaslHandshake to {conn.peer}")
+        if mechanism == "PLAIN":
+            await _round(conn, b"\0" + user.encode() + b"\0" + password.encode(),
+                         user, mechanism)
+            return
+        scram = ScramClient([mechanism], user, password)
+        try:
+            server_first = await _round(conn, scram.get_client_first().encode(),
+                                        user, mechanism)
+            scram.set_server_first(server_first.decode())
+            server_final = await _round(conn, scram.get_client_final().encode(),
+                                        user, mechanism)
+            scram.set_server_final(server_final.decode())
+        except (ScramException, UnicodeDecodeError) as exc:
+            raise AuthenticationFailedError(
+                f"{conn.peer} failed the {mechanism} exchange for user {user!r}: its "
+                f"answer is not a valid proof ({_scram_reason(exc)}); it may not be the "
+                f"broker holding this user's credential") from None
+
+
+async def _round(conn: Connection, data: bytes, user: str, mechanism: str) -> bytes:
+    resp = await conn.send(SaslAuthenticateRequest(auth_bytes=data),
+                           response_type=SaslAuthenticateResponse)
+    if resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED:
+        said = f": {resp.error_message}" if resp.error_message else ""
+        raise AuthenticationFailedError(
+            f"{conn.peer} refused the credentials of user {user!r} with {mechanism}{said}",
+            code=resp.error_code)
+    if resp.error_code != ErrorCode.NONE:
+        raise error_for(resp.error_code, resp.error_message
+                        or f"SaslAuthenticate to {conn.peer}")
+    return resp.auth_bytes
+
+
+def _scram_reason(exc: BaseException) -> str:
+    """ScramException's text, which may quote the server's message but never a secret."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
