@@ -471,7 +471,9 @@ class ClientConnection(asyncio.Protocol):
     def finish_answer(self, correlation_id: int,
                       finish: Callable[[Response], Response]) -> None:
         if correlation_id in self._in_flight:
-            self._finishers[correlation_id] = finish
+            first = self._finishers.get(correlation_id)
+            self._finishers[correlation_id] = finish if first is None else (
+                lambda response: finish(first(response)))
 
     def reply(self, correlation_id: int, response: Response) -> None:
         """Send the answer to an in-flight request (dropped if the connection is gone)."""

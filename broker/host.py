@@ -49,7 +49,8 @@ class Peer(Protocol):
     def finish_answer(self, correlation_id: int,
                       finish: Callable[[Response], Response]) -> None:
         """Pass the request's answer through ``finish`` before it is sent, whichever
-        path sends it (the authorizer puts refused resources back into it)."""
+        path sends it (the authorizer puts refused resources back into it); finishes
+        given for one request run in the order given."""
         ...
 
     def answer_is_long(self, correlation_id: int) -> None:

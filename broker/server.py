@@ -51,6 +51,7 @@ from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
+from groupwire.broker.pending_commits import PendingCommits
 from groupwire.broker.replication.cluster_apis import ClusterApis
 from groupwire.broker.replication.node import FIRST_READ_S, ClusterNode, ClusterStartError
 from groupwire.broker.security import (
@@ -102,6 +103,7 @@ from groupwire.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
     PartitionProduceResponse,
     ProduceRequest,
@@ -181,6 +183,8 @@ class Broker:
         self._tls: ServerTls | None = None
         self.security = SecurityState((), CredentialTable(), (), ())
         """ACLs, users and SASL mechanisms: loaded from the data dir at start."""
+        self._pending_commits = PendingCommits()
+        """OffsetCommits applied but not yet stored: hidden from OffsetFetch."""
         self._access: AccessControl | None = None
         self.cluster_security: ClusterSecurity | None = None
         """Cluster mode: the ACLs and users kept in etcd, followed by a watch."""
@@ -666,6 +670,9 @@ class Broker:
             request = guarded.request
             if guarded.finish is not None:
                 conn.finish_answer(cid, guarded.finish)
+        if type(request) is OffsetFetchRequest and self._pending_commits.pending(
+                request.group_id):
+            conn.finish_answer(cid, self._pending_commits.masker(request.group_id))
         handler = self._handlers.get(type(request))
         if handler is not None:
             handler(conn, cid, request)
@@ -691,7 +698,8 @@ class Broker:
             undo = _CommitUndo(coordinator, request)
             result = coordinator.handle(ctx, request, self.clock())
             undo.applied()
-            self.execute(result, on_failure=undo)
+            self.execute(result, on_failure=undo, on_settled=self._pending_commits.add(
+                request.group_id, undo.before, undo.after))
             return
         self.execute(coordinator.handle(ctx, request, self.clock()))
 
@@ -712,9 +720,14 @@ class Broker:
             write = yield from offsets_log.prepare_steps(prepared.group_id,
                                                          prepared.records, now)
             yield
+        partitions = [(t.name, p.partition_index) for t in request.topics
+                      for p in t.partitions]
+        before = coordinator.offsets_snapshot(request.group_id, partitions)
         applied = coordinator.apply_commit(prepared)
+        settled = self._pending_commits.add(
+            request.group_id, before, coordinator.offsets_snapshot(request.group_id, partitions))
         self.execute(applied.result, on_failure=applied.undo,
-                     prepared=write if applied.as_prepared else None)
+                     prepared=write if applied.as_prepared else None, on_settled=settled)
         yield  # what the commit was built from (~50 000 objects) is freed in a step of its own
 
     def _delete_groups_steps(self, ctx: RequestContext, request: DeleteGroupsRequest,
@@ -1056,12 +1069,15 @@ class Broker:
 
     def execute(self, result: Result,
                 on_failure: Callable[[], None] | None = None,
-                prepared: PreparedWrite | None = None) -> None:
+                prepared: PreparedWrite | None = None,
+                on_settled: Callable[[], None] | None = None) -> None:
         """Do what the coordinator decided: persist, then answer; arm timers; emit events.
 
         ``on_failure`` runs if the records could not be written or made durable, before
         the replies (which then say KAFKA_STORAGE_ERROR) go out. ``prepared``: records
         already encoded (a large OffsetCommit's), written after ``result.records``.
+        ``on_settled`` runs once the records are stored or given up on, before the
+        replies (an OffsetCommit's new offsets become readable then: ``PendingCommits``).
         """
         if result.timers:
             self._apply_timers(result.timers)
@@ -1075,6 +1091,8 @@ class Broker:
             def settled(failure: ErrorCode | None) -> None:
                 if failure is not None and on_failure is not None:
                     on_failure()
+                if on_settled is not None:
+                    on_settled()
                 self._send_replies(replies, failure)
                 if failure is not None:
                     self._group_writes_failed(result)
@@ -1090,7 +1108,10 @@ class Broker:
                     settled(None)
 
             self._durability.after_write(written)
-        elif result.replies:
+            return
+        if on_settled is not None:
+            on_settled()
+        if result.replies:
             self._send_replies(result.replies, None)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -1315,22 +1336,22 @@ def _storage_failed_produce(response: ProduceResponse, error: Exception) -> Prod
 class _CommitUndo:
     """Reverts an OffsetCommit in the coordinator if its records were not written."""
 
-    __slots__ = ("_coordinator", "_group", "_partitions", "_before", "_after")
+    __slots__ = ("_coordinator", "_group", "_partitions", "before", "after")
 
     def __init__(self, coordinator: Coordinator, request: OffsetCommitRequest) -> None:
         self._coordinator = coordinator
         self._group = request.group_id
         self._partitions = [(t.name, p.partition_index)
                             for t in request.topics for p in t.partitions]
-        self._before = coordinator.offsets_snapshot(self._group, self._partitions)
-        self._after: dict[tuple[str, int], CommittedOffset | None] = {}
+        self.before = coordinator.offsets_snapshot(self._group, self._partitions)
+        self.after: dict[tuple[str, int], CommittedOffset | None] = {}
 
     def applied(self) -> None:
         """Remember what the commit set, so a later commit over it is left alone."""
-        self._after = self._coordinator.offsets_snapshot(self._group, self._partitions)
+        self.after = self._coordinator.offsets_snapshot(self._group, self._partitions)
 
     def __call__(self) -> None:
-        self._coordinator.revert_offsets(self._group, self._before, self._after)
+        self._coordinator.revert_offsets(self._group, self.before, self.after)
 
 
 _STORAGE_FAILED_SYNC: Final = SyncGroupResponse(

@@ -207,8 +207,8 @@ def _add_to_cluster(args: argparse.Namespace, mechanisms: list[ScramMechanism]) 
         asyncio.run(write())
     except (EtcdError, SecurityStoreError) as exc:
         raise CliError(f"etcd at {args.etcd_endpoints}: {exc}") from exc
-    _report_added(args, mechanisms, f"in cluster {args.cluster_name!r}'s metadata at "
-                                    f"{args.etcd_endpoints} (every broker reads them)")
+    _report_added(args, mechanisms, f"in the metadata of cluster {args.cluster_name!r} "
+                                    f"at {args.etcd_endpoints} (every broker reads them)")
     return 0
 
 

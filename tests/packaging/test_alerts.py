@@ -41,6 +41,7 @@ PAGED_ON = {
     "offline partitions": "groupwire_cluster_offline_partitions",
     "no controller": "groupwire_cluster_is_controller",
     "a fenced broker": "groupwire_cluster_fenced",
+    "failed logins": "groupwire_sasl_authentications_total",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -94,12 +95,21 @@ def test_kustomization_lists_existing_manifests() -> None:
 # --- Grafana ---------------------------------------------------------------------------
 
 
-def test_dashboard_reads_only_contract_and_cluster_metrics() -> None:
+SECURITY_METRICS = frozenset({"groupwire_sasl_authentications_total",
+                              "groupwire_authorization_denials_total"})
+"""What the Security row reads (documented in docs/reference/metrics.md, which
+tests/unit/docs checks against what the broker exposes)."""
+
+
+def test_dashboard_reads_only_contract_cluster_and_security_metrics() -> None:
     # The Cluster row reads groupwire_cluster_* (test_cluster_deploy.py checks those
-    # against docs/reference/metrics.md); everything else is the contract.
-    unknown = {m for m in dashboard_metrics() - CONTRACT_METRICS
+    # against docs/reference/metrics.md), the Security row SECURITY_METRICS; everything
+    # else is the contract.
+    unknown = {m for m in dashboard_metrics() - CONTRACT_METRICS - SECURITY_METRICS
                if not m.startswith("groupwire_cluster_")}
     assert not unknown, f"dashboard reads metrics the broker does not define: {unknown}"
+    metrics_page = (Path(__file__).parents[2] / "docs" / "reference" / "metrics.md").read_text()
+    assert all(f"`{m}`" in metrics_page for m in SECURITY_METRICS)
 
 
 def test_dashboard_shows_every_contract_metric() -> None:

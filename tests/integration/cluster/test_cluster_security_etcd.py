@@ -162,7 +162,7 @@ async def test_the_first_user_written_into_etcd_before_any_broker_logs_in(
          "--etcd-certfile", tls_etcd.certfile, "--etcd-keyfile", tls_etcd.keyfile],
         input="admin-secret\n", capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert f"in cluster '{cluster}'" in done.stdout
+    assert f"of cluster '{cluster}'" in done.stdout
     reader = client_of(tls_etcd)
     try:
         stored = await reader.get(user_key(cluster, "admin"))

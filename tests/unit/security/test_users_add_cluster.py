@@ -84,7 +84,7 @@ def test_users_add_writes_the_clusters_metadata(
     code, out, err = run(capsys, monkeypatch, "admin-secret", "users", "add", "admin",
                          "--etcd-endpoints", "http://127.0.0.1:2379", "--cluster-name", "c")
     assert code == 0, err
-    assert "in cluster 'c'" in out
+    assert "of cluster 'c'" in out
     assert etcd.made == [(["http://127.0.0.1:2379"], None)]
     keys = keys_in(etcd.store, "c")
     assert list(keys) == [user_key("c", "admin")]
