@@ -413,6 +413,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             flag_of(opt.name), dest=opt.name, default=None, metavar=opt.name.upper(),
             help=f"{opt.help}{extra} ({shown}env {env})",
         )
+    # No password is ever a flag (it would stay in the shell's history and in `ps`): this
+    # one only exists so that it, or an abbreviation of the -file flag, is refused
+    # without being echoed.
+    parser.add_argument("--inter-broker-sasl-password", nargs="?", action=_NoPasswordFlag,
+                        help=argparse.SUPPRESS)
+
+
+class _NoPasswordFlag(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        parser.error("--inter-broker-sasl-password: a password is never a flag; use "
+                     "--inter-broker-sasl-password-file or GROUPWIRE_INTER_BROKER_SASL_PASSWORD")
 
 
 def resolve(args: argparse.Namespace | None, environ: Mapping[str, str] | None = None,

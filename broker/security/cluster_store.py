@@ -54,8 +54,8 @@ from groupwire.broker.security.state import SecurityState
 
 # security.json's encodings of a binding and of a user's credentials, with its checks.
 from groupwire.broker.security.store import FORMAT_VERSION, SECURITY_FILE, SecurityStoreError
-from groupwire.broker.security.store import _decode as _decode_document
-from groupwire.broker.security.store import _encode as _encode_document
+from groupwire.broker.security.store import decode_document as _decode_document
+from groupwire.broker.security.store import encode_document as _encode_document
 from groupwire.protocol.acls import ScramMechanism
 
 __all__ = ["ClusterSecurity", "binding_id", "follow_cluster_security", "upsert_user"]

@@ -58,6 +58,8 @@ from groupwire.protocol.acls import (
 __all__ = [
     "SECURITY_FILE",
     "SecurityStoreError",
+    "decode_document",
+    "encode_document",
     "load_security",
     "offline_upsert",
     "save_security",
@@ -81,7 +83,7 @@ def load_security(data_dir: Path) -> tuple[list[AclBinding], CredentialTable]:
     except OSError as exc:
         raise SecurityStoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
-        return _decode(json.loads(raw))
+        return decode_document(json.loads(raw))
     except (ValueError, TypeError, KeyError, binascii.Error) as exc:
         raise SecurityStoreError(f"{path} is corrupt: {_one_line(exc)}") from exc
 
@@ -90,7 +92,7 @@ def save_security(data_dir: Path, bindings: Iterable[AclBinding],
                   credentials: CredentialTable) -> None:
     """Replace the file with these ACLs and credentials; durable once this returns."""
     path = Path(data_dir) / SECURITY_FILE
-    data = json.dumps(_encode(bindings, credentials), indent=1, sort_keys=True).encode()
+    data = json.dumps(encode_document(bindings, credentials), indent=1, sort_keys=True).encode()
     try:
         _write_atomic(path, data + b"\n")
     except OSError as exc:
@@ -125,7 +127,10 @@ def offline_upsert(data_dir: Path, user: str, creds: list[ScramCredential]) -> N
 # --- the format ---------------------------------------------------------------------
 
 
-def _encode(bindings: Iterable[AclBinding], credentials: CredentialTable) -> dict[str, Any]:
+def encode_document(bindings: Iterable[AclBinding], credentials: CredentialTable,
+                    ) -> dict[str, Any]:
+    """The JSON form of ACLs and credentials (``security.json``; cluster_store reuses
+    its parts for etcd values)."""
     acls = [{"resource_type": b.pattern.resource_type.name, "name": b.pattern.name,
              "pattern_type": b.pattern.pattern_type.name, "principal": b.entry.principal,
              "host": b.entry.host, "operation": b.entry.operation.name,
@@ -139,7 +144,8 @@ def _encode(bindings: Iterable[AclBinding], credentials: CredentialTable) -> dic
     return {"version": FORMAT_VERSION, "acls": acls, "credentials": users}
 
 
-def _decode(doc: Any) -> tuple[list[AclBinding], CredentialTable]:
+def decode_document(doc: Any) -> tuple[list[AclBinding], CredentialTable]:
+    """:func:`encode_document`'s inverse; ValueError naming what is wrong."""
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if doc.get("version") != FORMAT_VERSION:
