@@ -36,6 +36,13 @@ from groupwire.protocol.messages import (
 log = get_logger("groupwire.cluster")
 
 BACKOFF_S = 0.1
+REFUSED_BACKOFF_S = 1.0
+"""Pause after the leader refused this broker's principal (CLUSTER_AUTHORIZATION_FAILED):
+an ACL has to change first, so retrying ten times a second would only fill the log."""
+
+
+class _NotAuthorized(PeerError):
+    """The leader's authorizer refused this broker's replica requests."""
 """Pause after a failed round, so a leader that is gone is not hammered."""
 MAX_TRUNCATION_ROUNDS = 16
 """OffsetsForLeaderEpoch round trips one partition may take (KIP-279's multi-round
@@ -62,6 +69,8 @@ class ReplicaFetcher:
         self._on_appended = on_appended
         self.partitions: dict[TopicPartition, _Followed] = {}
         self._link = PeerLink(f"replica-{node_id}", request_timeout_s, dialer)
+        self._refusal_logged = False
+        """CLUSTER_AUTHORIZATION_FAILED was logged (once, until a fetch is allowed)."""
         self._task: asyncio.Task[None] | None = None
         self._work = asyncio.Event()
 
@@ -99,6 +108,13 @@ class ReplicaFetcher:
                 await self._fetch(conn)
             except PeerAuthError:
                 await asyncio.sleep(BACKOFF_S)  # the dialer logged it, once
+            except _NotAuthorized as exc:
+                if not self._refusal_logged:
+                    self._refusal_logged = True
+                    log.error("replica_fetch_not_authorized", leader=self.leader.node_id,
+                              error=str(exc), hint="the inter-broker principal needs "
+                              "CLUSTER_ACTION on the cluster, or to be in --super-users")
+                await asyncio.sleep(REFUSED_BACKOFF_S)
             except PeerError as exc:
                 log.info("replica_fetch_failed", leader=self.leader.node_id, error=str(exc))
                 await asyncio.sleep(BACKOFF_S)
@@ -126,6 +142,7 @@ class ReplicaFetcher:
                 OffsetsForLeaderEpochRequest(replica_id=self.node_id, topics=[
                     OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in asks.items()]),
                 OffsetsForLeaderEpochResponse, timeout_s=self._timeout_s)
+            _check_authorized(answer.error_code, answer.error_message)
             if answer.error_code != ErrorCode.NONE:
                 raise PeerError(f"OffsetsForLeaderEpoch: {answer.error_message}")
             for result in answer.topics:
@@ -172,6 +189,8 @@ class ReplicaFetcher:
                                        for t, ps in topics.items()])
         answer = await conn.request(request, FetchResponse,
                                     timeout_s=self._timeout_s + self._wait_max_ms / 1000)
+        _check_authorized(answer.error_code, answer.error_message)
+        self._refusal_logged = False
         if answer.error_code != ErrorCode.NONE:
             raise PeerError(f"Fetch: {answer.error_message}")
         backoff = False
@@ -200,3 +219,8 @@ class ReplicaFetcher:
                     backoff = True
         if backoff:
             await asyncio.sleep(BACKOFF_S)
+
+
+def _check_authorized(code: int, message: str | None) -> None:
+    if code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+        raise _NotAuthorized(message or "CLUSTER_AUTHORIZATION_FAILED")

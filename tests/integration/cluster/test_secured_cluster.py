@@ -23,6 +23,9 @@ from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition
 from groupwire.protocol.messages import (
+    AclCreation,
+    CreateAclsRequest,
+    CreateAclsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     MetadataRequest,
@@ -223,5 +226,41 @@ async def test_peers_use_mutual_tls_on_a_tls_inter_broker_listener(
                                 MetadataResponse)
         assert {b.node_id: b.port for b in metadata.brokers} == {
             n: c.brokers[n].listener_ports[protocol] for n in NODES}
+    finally:
+        await c.close()
+
+
+async def test_a_broker_principal_without_cluster_action_says_so_once_until_granted(
+        tmp_path: Path) -> None:
+    seen = asyncio.Event()
+
+    def watch(_logger: Any, _method: str, event: MutableMapping[str, Any],
+              ) -> MutableMapping[str, Any]:
+        if event.get("event") == "replica_fetch_not_authorized":
+            seen.set()
+        return event
+    c = SecuredCluster(tmp_path, offsets_topic_num_partitions=1,
+                       replica_lag_time_max_ms=300, replica_fetch_wait_max_ms=50,
+                       super_users="User:admin")  # the brokers' own user is not one
+    try:
+        with structlog.testing.capture_logs(processors=[watch]) as logs:
+            await c.start(*NODES)
+            await c.create_topic("t", 1, 3)
+            leader = leader_of(c, "t", 0)
+            async with asyncio.timeout(BOUND_S):
+                await seen.wait()
+            await c.until(lambda: len(image_of(c, leader).partitions[("t", 0)].isr) == 1)
+            refused = [e for e in logs if e.get("event") == "replica_fetch_not_authorized"]
+            assert refused and all("CLUSTER_ACTION" in e["hint"] for e in refused)
+            # once per follower and leader, not once per retry
+            assert len(refused) <= len(NODES) * (len(NODES) - 1)
+            grant = CreateAclsRequest(creations=[AclCreation(
+                resource_type=4, resource_name="kafka-cluster", principal=f"User:{BROKER_USER}",
+                host="*", operation=9, permission_type=3)])
+            created = await c.send(leader, grant, CreateAclsResponse)
+            assert [r.error_code for r in created.results] == [0]
+            await c.until(lambda: len(image_of(c, leader).partitions[("t", 0)].isr) == 3)
+        answer = await c.send(leader, _produce("t", 0, b"v"), ProduceResponse)
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     finally:
         await c.close()
