@@ -319,9 +319,9 @@ class TopicAuthorizationFailedError(BrokerResponseError):
     def __init__(self, message: str = "", *, code: int | None = None,
                  topic: str | None = None) -> None:
         self.topic = topic
-        if topic is not None and repr(topic) not in message:  # the broker names it (and
-            what = f"not authorized to access topic {topic!r}"  # its operation): kept
-            message = f"{what} ({message})" if message else what
+        if topic is not None and "authorized" not in message:  # the broker's says which
+            what = f"not authorized to access topic {topic!r}"  # operation: kept as it is
+            message = what if not message or repr(topic) in message else f"{what} ({message})"
         super().__init__(message, code=code)
 
 
@@ -334,9 +334,10 @@ class GroupAuthorizationFailedError(BrokerResponseError):
     def __init__(self, message: str = "", *, code: int | None = None,
                  group_id: str | None = None) -> None:
         self.group_id = group_id
-        if group_id is not None and repr(group_id) not in message:
+        if group_id is not None and "authorized" not in message:
             what = f"not authorized to access group {group_id!r}"
-            message = f"{what} ({message})" if message else what
+            message = (what if not message or repr(group_id) in message
+                       else f"{what} ({message})")
         super().__init__(message, code=code)
 
 

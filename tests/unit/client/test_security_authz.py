@@ -106,6 +106,20 @@ def test_every_security_code_has_its_class() -> None:
     assert "'billing'" in str(g)
 
 
+@pytest.mark.parametrize(("message", "shown"), [
+    ("not authorized to WRITE topic 'orders'", "not authorized to WRITE topic 'orders'"),
+    ("topic 'orders'", "not authorized to access topic 'orders'"),
+    ("orders[3]", "not authorized to access topic 'orders' (orders[3])"),
+    ("", "not authorized to access topic 'orders'"),
+])
+def test_a_topic_refusal_says_what_was_refused_once(message: str, shown: str) -> None:
+    """The broker's own message (it names the operation) is kept; a caller's context
+    gets the refusal spelled out, without naming the topic twice."""
+    error = error_for(ErrorCode.TOPIC_AUTHORIZATION_FAILED, message, topic="orders")
+    assert isinstance(error, TopicAuthorizationFailedError) and error.topic == "orders"
+    assert shown in str(error) and str(error).count("'orders'") == 1
+
+
 def test_heartbeat_refused_by_acls_is_fatal_not_retried() -> None:
     m = Membership(group_instance_id=None, max_poll_interval_ms=60000, now_ms=0)
     m.join_sent(0)
