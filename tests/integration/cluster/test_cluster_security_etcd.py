@@ -11,8 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from groupwire.broker.etcd.client import EtcdClient, tls_context
 from groupwire.broker.etcd.store import EtcdUnavailableError
 from groupwire.broker.server import Broker, StartupError
 from tests.conformance.wire import Api, WireConn
-from tests.integration.etcd.conftest import READY_WITHIN_S, _free_port
+from tests.integration.etcd.conftest import _free_port, running_etcd
 
 BOUND_S = 10.0
 
@@ -57,36 +55,11 @@ def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
     client.private_key_pem.write_to_path(str(d / "client.key"))
     found = TlsEtcd(f"https://127.0.0.1:{_free_port()}", str(d / "ca.pem"),
                     str(d / "client.pem"), str(d / "client.key"))
-    peer = f"http://127.0.0.1:{_free_port()}"
-    log = (d / "etcd.log").open("wb")
-    proc = subprocess.Popen(
-        [etcd, "--data-dir", str(d / "data"), "--listen-client-urls", found.url,
-         "--advertise-client-urls", found.url, "--listen-peer-urls", peer,
-         "--initial-advertise-peer-urls", peer, "--initial-cluster", f"default={peer}",
-         "--cert-file", str(d / "server.pem"), "--key-file", str(d / "server.key"),
-         "--trusted-ca-file", found.cafile, "--client-cert-auth",
-         "--election-timeout", "500", "--heartbeat-interval", "50"],
-        stdout=log, stderr=subprocess.STDOUT)
-    ctx = tls_context(found.cafile, found.certfile, found.keyfile)
-    try:
-        deadline = time.monotonic() + READY_WITHIN_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{found.url}/health", timeout=1,
-                                            context=ctx) as answer:
-                    if b'"true"' in answer.read():
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"etcd did not become healthy; see {d / 'etcd.log'}")
-            time.sleep(0.05)  # readiness poll at start-up only
+    with running_etcd(etcd, d, found.url, "--cert-file", str(d / "server.pem"),
+                      "--key-file", str(d / "server.key"), "--trusted-ca-file",
+                      found.cafile, "--client-cert-auth",
+                      context=tls_context(found.cafile, found.certfile, found.keyfile)):
         yield found
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
-
 
 def client_of(etcd: TlsEtcd, *, certificate: bool = True) -> EtcdClient:
     tls = tls_context(etcd.cafile, etcd.certfile if certificate else "",

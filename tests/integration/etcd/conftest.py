@@ -3,8 +3,10 @@ the in-memory twin and the client on that etcd, behind one harness."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -27,25 +29,26 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
-def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    etcd = shutil.which("etcd")
-    if etcd is None:
-        pytest.skip("etcd is not on PATH (install etcd 3.4+ to run the etcd contract tests)")
-    data_dir: Path = tmp_path_factory.mktemp("etcd")
-    client, peer = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
+@contextlib.contextmanager
+def running_etcd(etcd: str, data_dir: Path, client: str, *extra: str,
+                 context: ssl.SSLContext | None = None) -> Iterator[None]:
+    """An etcd serving ``client`` (its log in ``data_dir``), healthy within
+    READY_WITHIN_S, killed and reaped on exit. ``extra``: more flags (TLS files);
+    ``context``: what the health check connects with."""
+    peer = f"http://127.0.0.1:{_free_port()}"
     log = (data_dir / "etcd.log").open("wb")
     proc = subprocess.Popen(
         [etcd, "--data-dir", str(data_dir / "data"), "--listen-client-urls", client,
          "--advertise-client-urls", client, "--listen-peer-urls", peer,
          "--initial-advertise-peer-urls", peer, "--initial-cluster", f"default={peer}",
-         "--election-timeout", "500", "--heartbeat-interval", "50"],
+         "--election-timeout", "500", "--heartbeat-interval", "50", *extra],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + READY_WITHIN_S
         while True:
             try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as answer:
+                with urllib.request.urlopen(f"{client}/health", timeout=1,
+                                            context=context) as answer:
                     if b'"true"' in answer.read():
                         break
             except OSError:
@@ -53,11 +56,22 @@ def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"etcd did not become healthy; see {data_dir / 'etcd.log'}")
             time.sleep(0.05)  # readiness poll at start-up only
-        yield client
+        yield
     finally:
         proc.kill()
         proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        pytest.skip("etcd is not on PATH (install etcd 3.4+ to run the etcd contract tests)")
+    data_dir: Path = tmp_path_factory.mktemp("etcd")
+    client = f"http://127.0.0.1:{_free_port()}"
+    with running_etcd(etcd, data_dir, client):
+        yield client
 
 
 @dataclass
