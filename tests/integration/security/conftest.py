@@ -64,13 +64,18 @@ def pki(tmp_path: Path) -> Pki:
     return found
 
 
-def write_user(data_dir: Path, user: str = USER, password: str = PASSWORD) -> None:
-    """A user with both SCRAM credentials, stored before the broker starts."""
+def write_users(data_dir: Path, users: dict[str, str]) -> None:
+    """Users (name -> password) with both SCRAM credentials, stored before the broker
+    starts, as ``groupwire users add --data-dir`` does."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    table = CredentialTable([
+    save_security(data_dir, [], CredentialTable([
         (user, credential_from_password(mechanism, password))
-        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)])
-    save_security(data_dir, [], table)
+        for user, password in users.items()
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]))
+
+
+def write_user(data_dir: Path, user: str = USER, password: str = PASSWORD) -> None:
+    write_users(data_dir, {user: password})
 
 
 StartBroker = Callable[..., Awaitable[Broker]]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import trustme
 
-from groupwire.broker.security import CredentialTable, credential_from_password, save_security
-from groupwire.protocol.acls import ScramMechanism
 from tests.integration.brokerproc import BrokerProcess
+
+from .conftest import write_users
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,7 @@ def start_secured_broker(directory: Path, users: dict[str, str], super_user: str
     (directory / "broker.key").write_bytes(cert.private_key_pem.bytes())
     ca.cert_pem.write_to_path(str(directory / "ca.pem"))
     data = directory / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    save_security(data, [], CredentialTable([
-        (user, credential_from_password(mechanism, password))
-        for user, password in users.items()
-        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]))
+    write_users(data, users)
     proc = BrokerProcess(
         data, "--listeners", "SASL_SSL://127.0.0.1:0",
         "--ssl-certfile", str(directory / "broker.pem"),

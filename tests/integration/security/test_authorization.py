@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 
-from groupwire.broker.security import CredentialTable, credential_from_password, save_security
 from groupwire.broker.server import Broker
-from groupwire.protocol.acls import ScramMechanism
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from tests.conformance.wire import Api, Member, WireConn, assignment
 
-from .conftest import Open, StartBroker, call, plain_auth, sample, scram_auth
+from .conftest import Open, StartBroker, call, plain_auth, sample, scram_auth, write_users
 
 SASL = "SASL_PLAINTEXT://127.0.0.1:0"
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
@@ -26,17 +24,10 @@ ALLOW, LITERAL, PREFIXED = 3, 3, 4
 DENIALS = "groupwire_authorization_denials_total"
 
 
-def write_users(data_dir: Path) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    save_security(data_dir, [], CredentialTable([
-        (user, credential_from_password(ScramMechanism.SCRAM_SHA_256, pw))
-        for user, pw in USERS.items()]))
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "authz"
-    write_users(d)
+    write_users(d, USERS)
     return d
 
 
