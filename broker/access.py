@@ -63,9 +63,6 @@ class AccessControl:
                 resource_type.name, operation.name).inc()
         return decided
 
-    def is_super_user(self, principal: str) -> bool:
-        return self.authorizer.is_super_user(principal)
-
     def forget(self, conn_id: int) -> None:
         self._cache.pop(conn_id, None)
 
