@@ -539,6 +539,12 @@ async def storms(s: Secured, args: argparse.Namespace, setup: list[Connection]
     failures = [x.result["failures"] for x, _, _ in runs if x.result["failed"]]
     durations = [[1000 * d for d in x.result["durations_s"]] or [float("nan")]
                  for x, _, _ in runs]
+    # A storm shorter than one probe interval (a --smoke one can be) has no heartbeat
+    # sent within it: such a round has no latency to report, rather than a made-up one.
+    sampled = [d for _, _, d in runs if d]
+    unsampled = None if sampled else (
+        "no probe heartbeat was sent while the storm ran (it lasted under one "
+        f"{args.probe_interval_ms} ms probe interval)")
     return [
         Figure("storm: time until all authenticated", "s",
                [x.result["wall_s"] for x, _, _ in runs], st,
@@ -559,12 +565,12 @@ async def storms(s: Secured, args: argparse.Namespace, setup: list[Connection]
         Figure("probe heartbeat max latency before storm", "ms",
                [1000 * max((x[1] for x in b), default=float("nan")) for _, b, _ in runs], st),
         Figure("probe heartbeat max latency during storm", "ms",
-               [1000 * max((x[1] for x in d), default=float("nan")) for _, _, d in runs], st),
+               [1000 * max(x[1] for x in d) for d in sampled], st, note=unsampled),
         Figure("probe process wake-up lateness max during storm", "ms", late, st,
                note="how late the probe's own timer fired: the share of the latency "
                     "that is the probing process waiting for a core, not the broker"),
         Figure("probe heartbeat p99 during storm", "ms",
-               [1000 * p99([x[1] for x in d]) for _, _, d in runs], st),
+               [1000 * p99([x[1] for x in d]) for d in sampled], st, note=unsampled),
         Figure("probe heartbeats answered during storm", "hb",
                [float(sum(1 for x in d if x[2] == 0)) for _, _, d in runs], st),
         with_goal(Figure("probe heartbeat errors during storm", "hb",
