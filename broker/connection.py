@@ -102,7 +102,11 @@ class ClientConnection(asyncio.Protocol):
         """The exchange under way, from SaslHandshake on."""
         self._authenticated = False
         self._auth_handle: asyncio.TimerHandle | None = None
-        self._decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self._decoder = FrameDecoder(
+            min(broker.settings.max_frame_bytes, MAX_UNAUTHENTICATED_FRAME) if self._gated
+            else broker.settings.max_frame_bytes)
+        """Until authenticated, a larger frame is refused from its header alone, before
+        its body is read (``data_received``): Kafka's sasl.server.max.receive.size."""
         self._transport: asyncio.Transport | None = None
         self._backlog: deque[Payload] = deque()
         self._in_flight: dict[int, tuple[ApiKey, float]] = {}
@@ -156,7 +160,10 @@ class ClientConnection(asyncio.Protocol):
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
-            self.abort("bad-frame", str(exc))
+            if self._gated:
+                self.abort("unauthenticated", f"{exc} before SASL authentication")
+            else:
+                self.abort("bad-frame", str(exc))
             return
         if self._decoder.buffered:
             self._note_partial(bool(frames))
@@ -432,6 +439,7 @@ class ClientConnection(asyncio.Protocol):
         if step.done:
             self._authenticated = True
             self._gated = False
+            self._decoder.max_frame_bytes = self.broker.settings.max_frame_bytes
             if step.principal is not None:
                 self.principal = step.principal
             if self._auth_handle is not None:

@@ -10,32 +10,35 @@ acknowledged: data written to the page cache survives the process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import FsyncPolicy, TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.supervisor import Service, Supervisor
 
 log = get_logger("groupwire.durability")
 
 
 class Durability:
     def __init__(self, store: TopicStore, policy: FsyncPolicy, interval_ms: int,
-                 on_durable: Callable[[], None]) -> None:
+                 on_durable: Callable[[], None], *,
+                 supervisor: Supervisor | None = None) -> None:
         self._store = store
+        self._supervisor = supervisor
         self._policy = policy
         self._interval_s = interval_ms / 1000
         self._on_durable = on_durable
         self._waiting: list[Callable[[StorageError | None], None]] = []
         self._flushing = False
         self._scheduled = False
-        self._task: asyncio.Task[None] | None = None
+        self._periodic_sync: Service | None = None
         self._round: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._policy is FsyncPolicy.INTERVAL:
-            self._task = asyncio.get_running_loop().create_task(self._periodic())
+            supervisor = self._supervisor or Supervisor()
+            self._periodic_sync = supervisor.spawn("interval-fsync", self._periodic)
 
     def after_write(self, callback: Callable[[StorageError | None], None]) -> None:
         """Call ``callback(None)`` once everything written so far is durable under the
@@ -87,10 +90,8 @@ class Durability:
 
     async def close(self) -> None:
         """Stop the periodic task and make everything written so far durable."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._periodic_sync is not None:
+            await self._periodic_sync.stop()
         while self._round is not None and not self._round.done():
             await self._round
         error = await self._sync()

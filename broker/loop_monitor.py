@@ -9,8 +9,9 @@ behind such a stall, so an operator pages on it before members start to expire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
+
+from groupwire.broker.supervisor import Service, Supervisor
 
 INTERVAL_S = 0.01
 """Short enough to see a stall of a few tens of milliseconds, cheap enough to run always
@@ -26,18 +27,15 @@ class LoopMonitor:
         self.interval_s = interval_s
         self.max_stall_s = 0.0
         """The longest stall since start, in seconds beyond the interval asked for."""
-        self._task: asyncio.Task[None] | None = None
+        self._service: Service | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(),
-                                                            name="groupwire-loop-monitor")
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        self._service = (supervisor or Supervisor()).spawn("loop-monitor", self._run)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
 
     def record(self, late_s: float) -> None:
         """One wake-up ``late_s`` after it was due (negative: early, as timers may be)."""

@@ -234,6 +234,10 @@ class BrokerMetrics:
         """Plain ints on the hot path; exported as counters when scraped."""
         self.storage_errors = Counter("groupwire_storage_errors", "Failed log writes",
                                       registry=r)
+        self.background_task_failures = Counter(
+            "groupwire_background_task_failures",
+            "Crashes of the broker's long-lived tasks (each restarted with backoff, or "
+            "fatal), by task kind", ["task"], registry=r)
         # the request memory budget (broker.budget); the broker sets the gauges' functions
         self.memory_budget = Gauge("groupwire_request_memory_budget_bytes",
                                    "Bytes that partial and queued requests may hold "

@@ -72,6 +72,7 @@ from groupwire.broker.storage.handles import (
     default_max_open_files,
     raise_nofile_limit,
 )
+from groupwire.broker.supervisor import DEFAULT_RESTART, Restart, Service, Supervisor
 from groupwire.broker.tls import ServerTls, TlsError, TlsFiles
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.protocol.acls import AclOperation, ResourceType
@@ -139,8 +140,10 @@ class Broker:
     def __init__(self, settings: BrokerSettings, *,
                  clock: Callable[[], int] = wall_clock_ms,
                  file_ops: FileOps | None = None, settle_heap: bool = False,
-                 metadata_store: MetadataStore | None = None) -> None:
-        """``file_ops`` replaces storage's system calls (tests inject disk failures);
+                 metadata_store: MetadataStore | None = None,
+                 restart: Restart = DEFAULT_RESTART) -> None:
+        """``restart``: how background tasks come back after a crash (tests shorten it);
+        ``file_ops`` replaces storage's system calls (tests inject disk failures);
         ``settle_heap``: the broker owns its process and freezes long-lived objects
         (``broker.heap``); ``metadata_store``: in cluster mode, what stands in for etcd
         (tests pass an in-memory one shared by their brokers)."""
@@ -150,13 +153,20 @@ class Broker:
         self._offsets_partitions = 1
         self._hosted: set[int] = set()
         """Cluster mode: offsets partitions whose groups are loaded here."""
-        self._loads: dict[int, asyncio.Task[None]] = {}
+        self._loads: dict[int, Service] = {}
         """Cluster mode: offsets partitions being loaded (COORDINATOR_LOAD_IN_PROGRESS)."""
         self.heap = HeapSettler(settle_heap)
         self.settings = settings
         self._file_ops = file_ops
         self.clock = clock
         self.metrics = BrokerMetrics()
+        self.supervisor = Supervisor(
+            on_failure=lambda kind: self.metrics.background_task_failures.labels(kind).inc(),
+            on_fatal=self._service_fatal, restart=restart)
+        """Owns every long-lived task (``broker.supervisor``): a crash is logged, counted
+        and restarted; one that keeps crashing stops the broker (``fatal_error``)."""
+        self.fatal_error: str | None = None
+        """Why the broker stopped on its own: a background task that could not go on."""
         self.loop_monitor = LoopMonitor(self.metrics.loop_stalls.observe)
         self.metrics.longest_loop_stall.set_function(lambda: self.loop_monitor.max_stall_s)
         self._slice_s = settings.loop_slice_ms / 1000
@@ -206,7 +216,7 @@ class Broker:
         """The heartbeat fast path, ``Coordinator.renew`` once started: a Renewal when the
         heartbeat is settled with a plain NONE answer and nothing to execute; None:
         ``dispatch`` it as usual. Connections pass ``clock()`` read once per batch."""
-        self._retention_task: asyncio.Task[None] | None = None
+        self._retention: Service | None = None
         self._stopped = asyncio.Event()
         self._closing = False
         self._listening = False
@@ -283,12 +293,12 @@ class Broker:
                                  on_created=self.heap.after_growth, leadership=leadership,
                                  address=self._advertised.__getitem__)
         self._durability = Durability(store, settings.storage_config().fsync,
-                                      settings.flush_interval_ms, self._fetches.wake)
+                                      settings.flush_interval_ms, self._fetches.wake,
+                                      supervisor=self.supervisor)
         self._durability.start()
         self._handlers = self._topic_handlers(self._topics)
         self._forget_offsets_of_deleted_topics(store.fresh)
         self.execute(coordinator.start(now))
-        loop = asyncio.get_running_loop()
         try:
             validate_security(settings)  # settings may not have come through resolve()
             bindings, credentials = (load_security(settings.data_dir) if self.cluster is None
@@ -327,8 +337,8 @@ class Broker:
                 raise StartupError(str(exc)) from exc
         self._listening = True
         self.heap.at_start()
-        self._retention_task = loop.create_task(self._retention_loop())
-        self.loop_monitor.start()
+        self._retention = self.supervisor.spawn("log-retention", self._retention_loop)
+        self.loop_monitor.start(self.supervisor)
         log.info("open_files_limit", partitions=store.partition_total, **open_files)
         log.info("security_loaded", authorizer=settings.authorizer or "none",
                  acls=len(self.security.authorizer), users=len(self.security.credentials),
@@ -528,6 +538,14 @@ class Broker:
     def request_stop(self) -> None:
         self._stopped.set()
 
+    def _service_fatal(self, name: str, error: BaseException) -> None:
+        """A background task cannot go on: stop serving (in a cluster, leaving fences
+        this broker: its lease is revoked and others take over) and let the process exit
+        non-zero, so that its orchestrator starts a clean one."""
+        if self.fatal_error is None:
+            self.fatal_error = f"background task {name} failed: {type(error).__name__}: {error}"
+        self.request_stop()
+
     async def close(self) -> None:
         """Stop accepting, answer what can be answered, flush, close storage."""
         if self._closing:
@@ -542,12 +560,10 @@ class Broker:
         if self.cluster is not None:  # leave first: others take over our partitions
             with contextlib.suppress(Exception):
                 await self.cluster.close()
-        for load in self._loads.values():
-            load.cancel()
-        if self._retention_task is not None:
-            self._retention_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retention_task
+        for load in list(self._loads.values()):
+            await load.stop()
+        if self._retention is not None:
+            await self._retention.stop()
         await self.loop_monitor.close()
         if self._topics is not None:  # creations on worker threads finish first
             await self._topics.drain()
@@ -562,6 +578,7 @@ class Broker:
             self._fetches.complete_all()
         if self._durability is not None:
             await self._durability.close()
+        await self.supervisor.close()  # whatever is still running (none, normally)
         if self._timer_handle is not None:
             self._timer_handle.cancel()
         for conn in list(self._connections.values()):
@@ -908,33 +925,34 @@ class Broker:
                 continue
             leads = (topic, p) in led
             if leads and p not in self._hosted and p not in self._loads:
-                self._loads[p] = asyncio.get_running_loop().create_task(
-                    self._load_offsets_partition(p, led[(topic, p)]))
+                self._loads[p] = self.supervisor.spawn(
+                    f"group-load-{p}", functools.partial(self._load_offsets_partition, p,
+                                                         led[(topic, p)]),
+                    kind="group-load")
             elif not leads and (p in self._hosted or p in self._loads):
                 self._hosted.discard(p)
                 load = self._loads.pop(p, None)
                 if load is not None:
-                    load.cancel()
+                    self._spawn(load.stop())
                 self.execute(coordinator.unload_partition(p, self.clock()))
                 log.info("groups_unloaded", partition=p)
 
     async def _load_offsets_partition(self, p: int, leader_epoch: int) -> None:
-        """Read the partition's records a slice at a time, then load them in one step."""
+        """Read the partition's records a slice at a time, then load them in one step.
+
+        A supervised service (``group-load``): a load that fails is logged and tried
+        again with backoff, its groups answering COORDINATOR_LOAD_IN_PROGRESS meanwhile;
+        one that keeps failing stops the broker rather than leave them so forever."""
         offsets_log, coordinator = self._offsets_log, self.coordinator
         assert offsets_log is not None and coordinator is not None and self.cluster is not None
         t0 = time.perf_counter()
         records = []
         deadline = time.perf_counter() + self._slice_s
-        try:
-            for record in offsets_log.replay_partition(p):
-                records.append(record)
-                if time.perf_counter() >= deadline:
-                    await asyncio.sleep(0)
-                    deadline = time.perf_counter() + self._slice_s
-        except StorageError as exc:
-            log.error("groups_not_loaded", partition=p, error=str(exc))
-            self._loads.pop(p, None)
-            return
+        for record in offsets_log.replay_partition(p):
+            records.append(record)
+            if time.perf_counter() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.perf_counter() + self._slice_s
         if self.cluster.leadership.led.get((OFFSETS_TOPIC, p)) != leader_epoch:
             self._loads.pop(p, None)
             return  # lost it meanwhile: _offsets_roles unloaded it

@@ -47,3 +47,5 @@ async def run_broker(settings: config.BrokerSettings) -> None:
         await broker.serve_until_stopped()
     finally:
         await broker.close()
+    if broker.fatal_error is not None:  # non-zero: the orchestrator starts a clean one
+        raise CliError(f"stopped: {broker.fatal_error}")

@@ -180,3 +180,21 @@ async def test_a_large_frame_before_authentication_closes_undecoded(
     with pytest.raises(ConnectionClosed):
         await call(conn, Api.SASL_AUTHENTICATE, {"auth_bytes": b"\0" * (600 * 1024)})
     assert sample(sasl_broker, CLOSED_METRIC, reason="unauthenticated") == 1
+
+
+async def test_a_large_frame_header_before_authentication_closes_at_once(
+        sasl_broker: Broker, open_conn: Open) -> None:
+    """The 512 KiB bound is checked on the header: a client announcing 8 MiB is closed
+    before it has sent (and the broker buffered) any of it."""
+    conn = await open_conn(_port(sasl_broker))
+    conn.write_raw((8 * 1024 * 1024).to_bytes(4, "big") + b"\x93")
+    await closed(conn)
+    assert sample(sasl_broker, CLOSED_METRIC, reason="unauthenticated") == 1
+
+
+async def test_a_large_frame_after_authentication_is_taken(
+        sasl_broker: Broker, open_conn: Open) -> None:
+    conn = await open_conn(_port(sasl_broker))
+    assert (await plain_auth(conn))["error_code"] == 0
+    body = await call(conn, Api.METADATA, {"topics": None, "pad": b"\0" * (600 * 1024)})
+    assert body["error_code"] == 0
