@@ -26,10 +26,10 @@ from groupwire.broker.listeners import (
 from groupwire.broker.storage import FsyncPolicy, StorageConfig
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from groupwire.protocol.limits import MAX_ARRAY_ITEMS
+from groupwire.protocol.security import SASL_MECHANISMS
 
 ENV_PREFIX = "GROUPWIRE_"
 MIN_FRAME_BYTES = 128 * 1024
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class SettingsError(ValueError):

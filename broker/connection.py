@@ -51,13 +51,13 @@ from groupwire.protocol.messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from groupwire.protocol.security import ANONYMOUS
 
 if TYPE_CHECKING:
     from groupwire.broker.security.sasl import SaslServer, SaslStep
 
 log = get_logger("groupwire.connection")
 
-ANONYMOUS: Final = "User:ANONYMOUS"
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
 _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
                              SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1)

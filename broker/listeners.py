@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+from groupwire.protocol.security import SECURITY_PROTOCOLS
+
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
 DEFAULT_ADVERTISED_HOST: Final = "127.0.0.1"
 

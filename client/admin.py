@@ -11,14 +11,11 @@ them as tables or JSON.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple, TypeVar
-
-from scramp.utils import saslprep
 
 from groupwire.client.acls import (
     AclBinding,
@@ -86,6 +83,7 @@ from groupwire.protocol.messages import (
     ScramCredentialUpsertion,
     UserName,
 )
+from groupwire.protocol.sasl import scram_salted_password
 
 R = TypeVar("R", bound=Response)
 
@@ -221,12 +219,7 @@ def scram_upsertion(user: str, password: str, mechanism: ScramMechanism | str,
     if iterations < 1:
         raise ValueError(f"iterations must be at least 1, not {iterations}")
     salt = secrets.token_bytes(SCRAM_SALT_BYTES) if salt is None else salt
-    digest = "sha256" if mech is ScramMechanism.SCRAM_SHA_256 else "sha512"
-    try:
-        normalised = saslprep(password)
-    except Exception:  # prohibited characters: hashed as given (the broker does the same)
-        normalised = password
-    salted = hashlib.pbkdf2_hmac(digest, normalised.encode("utf-8"), salt, iterations)
+    salted = scram_salted_password(mech, password, salt, iterations)
     return ScramCredentialUpsertion(name=user, mechanism=int(mech), iterations=iterations,
                                     salt=salt, salted_password=salted)
 

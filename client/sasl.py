@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-from scramp import ScramClient, ScramException
-
 from groupwire.client.connection import Connection
 from groupwire.client.errors import (
     AuthenticationFailedError,
@@ -28,6 +26,7 @@ from groupwire.protocol.messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from groupwire.protocol.sasl import SaslClient, SaslProofError
 
 __all__ = ["authenticate"]
 
@@ -42,7 +41,7 @@ async def authenticate(conn: Connection, config: SecurityConfig, timeout: float)
         return
     mechanism = config.sasl_mechanism
     user = config.sasl_plain_username or ""
-    password = config.sasl_plain_password or ""
+    exchange = SaslClient(mechanism, user, config.sasl_plain_password or "")
     async with asyncio.timeout(timeout):
         shake = await conn.send(SaslHandshakeRequest(mechanism=mechanism),
                                 response_type=SaslHandshakeResponse)
@@ -53,23 +52,15 @@ async def authenticate(conn: Connection, config: SecurityConfig, timeout: float)
         if shake.error_code != ErrorCode.NONE:
             raise error_for(shake.error_code, shake.error_message
                             or f"SaslHandshake to {conn.peer}")
-        if mechanism == "PLAIN":
-            await _round(conn, b"\0" + user.encode() + b"\0" + password.encode(),
-                         user, mechanism)
-            return
-        scram = ScramClient([mechanism], user, password)
+        message: bytes | None = exchange.first()
         try:
-            server_first = await _round(conn, scram.get_client_first().encode(),
-                                        user, mechanism)
-            scram.set_server_first(server_first.decode())
-            server_final = await _round(conn, scram.get_client_final().encode(),
-                                        user, mechanism)
-            scram.set_server_final(server_final.decode())
-        except (ScramException, UnicodeDecodeError) as exc:
+            while message is not None:
+                message = exchange.answer(await _round(conn, message, user, mechanism))
+        except SaslProofError as exc:
             raise AuthenticationFailedError(
                 f"{conn.peer} failed the {mechanism} exchange for user {user!r}: its "
-                f"answer is not a valid proof ({_scram_reason(exc)}); it may not be the "
-                f"broker holding this user's credential") from None
+                f"answer is not a valid proof ({exc}); it may not be the broker holding "
+                f"this user's credential") from None
 
 
 async def _round(conn: Connection, data: bytes, user: str, mechanism: str) -> bytes:
@@ -85,7 +76,3 @@ async def _round(conn: Connection, data: bytes, user: str, mechanism: str) -> by
                         or f"SaslAuthenticate to {conn.peer}")
     return resp.auth_bytes
 
-
-def _scram_reason(exc: BaseException) -> str:
-    """ScramException's text, which may quote the server's message but never a secret."""
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

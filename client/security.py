@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from groupwire.protocol.security import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from groupwire.protocol.tls import client_ssl_context
+
 __all__ = [
     "PLAINTEXT",
     "SASL_MECHANISMS",
@@ -25,9 +28,6 @@ __all__ = [
 ]
 
 PLAINTEXT: Final = "PLAINTEXT"
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-"""Kafka's listener and ``security.protocol`` names."""
-SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def create_ssl_context(*, cafile: str | Path | None = None,
@@ -37,12 +37,8 @@ def create_ssl_context(*, cafile: str | Path | None = None,
     """A client TLS context from PEM files (aiokafka's ``create_ssl_context``): verify the
     broker against ``cafile`` (the system's CAs without it); ``certfile``/``keyfile``
     present a client certificate to a listener that asks for one."""
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
-                                     cafile=str(cafile) if cafile else None)
-    ctx.check_hostname = check_hostname
-    if certfile:
-        ctx.load_cert_chain(str(certfile), str(keyfile) if keyfile else None, password)
-    return ctx
+    return client_ssl_context(cafile=cafile, certfile=certfile, keyfile=keyfile,
+                              password=password, check_hostname=check_hostname)
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,13 +89,15 @@ class Engine:
              member: Member | None = None, member_id: str | None = None,
              reason: str | None = None, detail: str | None = None,
              duration_ms: int | None = None,
-             partitions: list[tuple[str, list[int]]] | None = None) -> None:
+             partitions: list[tuple[str, list[int]]] | None = None,
+             replaced_member_id: str | None = None) -> None:
         self.out.events.append(GroupEvent(
             type=type_, group_id=group.group_id, generation_id=group.generation_id,
             member_id=member.member_id if member is not None else member_id,
             group_instance_id=member.group_instance_id if member is not None else None,
             reason=reason, detail=detail, ts_ms=now_ms, duration_ms=duration_ms,
-            partitions=partitions if partitions is not None else []))
+            partitions=partitions if partitions is not None else [],
+            replaced_member_id=replaced_member_id))
 
     def emit_member(self, type_: EventType, group: Group, member: Member, now_ms: int,
                     reason: str | None, detail: str | None = None) -> None:

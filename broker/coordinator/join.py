@@ -254,7 +254,7 @@ def _replace_static_member(engine: Engine, ctx: RequestContext, req: JoinGroupRe
     engine.attach(ctx.conn_id, group.group_id, new)
     reason = cut_reason(req.reason)
     engine.emit("member_joined", group, now_ms, member=new, reason=reason,
-                detail=f"replaces {old_id}")
+                detail=f"replaces {old_id}", replaced_member_id=old_id)
     cause = Cause(STATIC_MEMBER_REPLACED, reason, new_id)
     replace = cell.replace
     if replace is Replace.KEEP_UNLESS_PROTOCOL_CHANGES:

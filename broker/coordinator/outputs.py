@@ -9,7 +9,6 @@ returns a ``Renewal`` instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.records import GroupRecord
@@ -17,9 +16,7 @@ from groupwire.broker.coordinator.state import GroupState
 from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import Response
-
-ANONYMOUS: Final = "User:ANONYMOUS"
-"""The principal of a connection that did not authenticate."""
+from groupwire.protocol.security import ANONYMOUS
 
 
 @dataclass(frozen=True, slots=True)

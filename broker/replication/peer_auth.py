@@ -5,17 +5,15 @@ then SASL PLAIN or SCRAM as ``--inter-broker-sasl-username``. The principal must
 CLUSTER_ACTION on the cluster (or be a super user): replica fetches and forwarded group
 events need it once ``--authorizer acl`` is on.
 
-The broker's own client side of SaslHandshake and SaslAuthenticate: the SDK's lives in
-the client layer, which the broker does not import.
+The exchange's messages come from ``protocol.security.SaslClient``, which the SDK uses
+too; this module sends them over the broker's own peer connection.
 """
 
 from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeVar
-
-from scramp import ScramClient, ScramException
+from typing import Protocol, TypeVar
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.protocol.errors import ErrorCode
@@ -27,11 +25,11 @@ from groupwire.protocol.messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from groupwire.protocol.sasl import SaslClient, SaslProofError
+from groupwire.protocol.security import uses_sasl, uses_tls
+from groupwire.protocol.tls import client_ssl_context
 
 R = TypeVar("R", bound=Response)
-
-PLAIN: Final = "PLAIN"
-
 
 class PeerAuthFailed(Exception):
     """The peer refused this broker's credentials or certificate, or could not prove it
@@ -67,11 +65,11 @@ class PeerSecurity:
 
     @property
     def uses_tls(self) -> bool:
-        return self.listener in ("SSL", "SASL_SSL")
+        return uses_tls(self.listener)
 
     @property
     def uses_sasl(self) -> bool:
-        return self.listener in ("SASL_PLAINTEXT", "SASL_SSL")
+        return uses_sasl(self.listener)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client context read from the files now, so a new peer connection uses
@@ -79,11 +77,8 @@ class PeerSecurity:
         ssl.SSLError if the files do not load."""
         if not self.uses_tls:
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH,
-                                         cafile=self.cafile or None)
-        if self.certfile:
-            ctx.load_cert_chain(self.certfile, self.keyfile or None)
-        return ctx
+        return client_ssl_context(cafile=self.cafile, certfile=self.certfile,
+                                  keyfile=self.keyfile)
 
 
 async def authenticate(conn: Requester, security: PeerSecurity, peer: str,
@@ -91,30 +86,24 @@ async def authenticate(conn: Requester, security: PeerSecurity, peer: str,
     """SaslHandshake, then PLAIN's one or SCRAM's two SaslAuthenticate rounds, checking
     the peer's SCRAM signature. Raises :class:`PeerAuthFailed` on a refusal; the
     connection's own errors pass through."""
-    mechanism, user = security.mechanism, security.username
+    mechanism = security.mechanism
+    exchange = SaslClient(mechanism, security.username, security.password)
     shake = await conn.request(SaslHandshakeRequest(mechanism=mechanism),
                                SaslHandshakeResponse, timeout_s=timeout_s)
     if shake.error_code != ErrorCode.NONE:
         raise PeerAuthFailed(
             f"{peer} does not take SASL mechanism {mechanism} (it enables "
             f"{', '.join(shake.mechanisms) or 'none'}): {shake.error_message or ''}")
-    if mechanism == PLAIN:
-        await _round(conn, b"\0" + user.encode() + b"\0" + security.password.encode(),
-                     security, peer, timeout_s)
-        return
-    scram = ScramClient([mechanism], user, security.password)
+    message: bytes | None = exchange.first()
     try:
-        first = await _round(conn, scram.get_client_first().encode(), security, peer,
-                             timeout_s)
-        scram.set_server_first(first.decode())
-        final = await _round(conn, scram.get_client_final().encode(), security, peer,
-                             timeout_s)
-        scram.set_server_final(final.decode())
-    except (ScramException, UnicodeDecodeError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        while message is not None:
+            message = exchange.answer(await _round(conn, message, security, peer,
+                                                   timeout_s))
+    except SaslProofError as exc:
         raise PeerAuthFailed(
-            f"{peer} failed the {mechanism} exchange for user {user!r}: its answer is not "
-            f"a valid proof ({reason}); it may not hold this user's credential") from None
+            f"{peer} failed the {mechanism} exchange for user {security.username!r}: its "
+            f"answer is not a valid proof ({exc}); it may not hold this user's "
+            f"credential") from None
 
 
 async def _round(conn: Requester, data: bytes, security: PeerSecurity, peer: str,

@@ -20,10 +20,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from scramp.utils import saslprep
-
 from groupwire.protocol.acls import ScramMechanism
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.sasl import scram_salted_password
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -76,18 +75,8 @@ class ScramCredential:
                 f"iterations={self.iterations})")
 
 
-def salted_password(mechanism: ScramMechanism, password: str, salt: bytes,
-                    iterations: int) -> bytes:
-    """RFC 5802's ``Hi(Normalize(password), salt, i)``: PBKDF2-HMAC over the password's
-    UTF-8 after SASLprep, as scramp's client normalises it (so a SCRAM login agrees with
-    a PLAIN one and with the SDK's KIP-554 upsertion; for ASCII passwords, what Kafka's
-    clients hash too). A password SASLprep refuses is hashed as it is."""
-    try:
-        normalised = saslprep(password)
-    except Exception:  # prohibited characters: scramp's client would refuse it anyway
-        normalised = password
-    return hashlib.pbkdf2_hmac(_hash_name(mechanism), normalised.encode("utf-8"), salt,
-                               iterations)
+salted_password = scram_salted_password
+"""RFC 5802's ``Hi(Normalize(password), salt, i)``, the SDK's KIP-554 upsertion's too."""
 
 
 def credential_from_salted(mechanism: ScramMechanism, salt: bytes, salted: bytes,

@@ -31,11 +31,11 @@ from groupwire.broker.security.credentials import (
 )
 from groupwire.protocol.acls import ScramMechanism
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.security import PLAIN, SASL_MECHANISMS, user_principal
 
 __all__ = ["MECHANISMS", "PLAIN", "SaslServer", "SaslStep", "failure_message", "principal_of"]
 
-PLAIN: Final = "PLAIN"
-MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS: Final = SASL_MECHANISMS
 
 _SERVER_SECRET: Final = secrets.token_bytes(32)
 """Made once per process: the made-up credentials of unknown users derive from it."""
@@ -51,8 +51,7 @@ def failure_message(mechanism: str) -> str:
     return f"Authentication failed: invalid credentials with SASL mechanism {mechanism}"
 
 
-def principal_of(user: str) -> str:
-    return f"User:{user}"
+principal_of = user_principal
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import msgpack
 
+from groupwire.protocol.group_events import EventDecodeError, event_from_value
+
 MEMBER_JOINED: Final = "member_joined"
 MEMBER_LEFT: Final = "member_left"
 MEMBER_EXPIRED: Final = "member_expired"
@@ -32,14 +34,8 @@ KNOWN_TYPES: Final = frozenset({
 REMOVAL_TYPES: Final = frozenset({MEMBER_LEFT, MEMBER_EXPIRED, POLL_INTERVAL_EXPIRED})
 """Events after which the member is no longer in the group (its partitions are free)."""
 
-REPLACES_PREFIX: Final = "replaces "
-"""``detail`` of a static member's ``member_joined`` that took over an older member id."""
 
 TopicPartition = tuple[str, int]
-
-
-class EventDecodeError(ValueError):
-    """A record value that is not a §9 event map."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +53,8 @@ class EventRow:
     detail: str | None = None
     duration_ms: int | None = None
     partitions: tuple[TopicPartition, ...] = field(default_factory=tuple)
-
-    @property
-    def replaced_member_id(self) -> str | None:
-        """The older member id a static ``member_joined`` replaced, if any."""
-        if self.type == MEMBER_JOINED and self.detail and self.detail.startswith(REPLACES_PREFIX):
-            return self.detail[len(REPLACES_PREFIX):] or None
-        return None
+    replaced_member_id: str | None = None
+    """The older member id a static ``member_joined`` replaced, if any."""
 
     def as_record(self) -> dict[str, Any]:
         """The row as the report's ``events`` schema holds it (see ``tables.EVENT_SCHEMA``)."""
@@ -80,6 +71,7 @@ class EventRow:
             "detail": self.detail,
             "duration_ms": self.duration_ms,
             "partitions": [{"topic": t, "partition": p} for t, p in self.partitions],
+            "replaced_member_id": self.replaced_member_id,
         }
 
 
@@ -99,26 +91,22 @@ def decode_event(value: bytes | None, offset: int, timestamp_ms: int,
         raise EventDecodeError(f"not msgpack ({type(exc).__name__}: {exc})") from exc
     if not isinstance(raw, dict):
         raise EventDecodeError(f"expected a map, got {type(raw).__name__}")
-    group_id = _opt_str(raw, "group_id")
-    if group_id is None and key is not None:
-        group_id = key.decode("utf-8", errors="replace")
-    event_type = _opt_str(raw, "type")
-    if event_type is None or group_id is None:
-        raise EventDecodeError("missing type or group_id")
-    ts = _opt_int(raw, "ts_ms")
-    generation = _opt_int(raw, "generation_id")
+    event = event_from_value(
+        raw, ts_ms=timestamp_ms,
+        group_id=None if key is None else key.decode("utf-8", errors="replace"))
     return EventRow(
         offset=offset,
-        ts_ms=timestamp_ms if ts is None else ts,
-        type=event_type,
-        group_id=group_id,
-        generation_id=-1 if generation is None else generation,
-        member_id=_opt_str(raw, "member_id"),
-        group_instance_id=_opt_str(raw, "group_instance_id"),
-        reason=_opt_str(raw, "reason"),
-        detail=_opt_str(raw, "detail"),
-        duration_ms=_opt_int(raw, "duration_ms"),
-        partitions=_partitions(raw.get("partitions")),
+        ts_ms=event.ts_ms,
+        type=event.type,
+        group_id=event.group_id,
+        generation_id=event.generation_id,
+        member_id=event.member_id,
+        group_instance_id=event.group_instance_id,
+        reason=event.reason,
+        detail=event.detail,
+        duration_ms=event.duration_ms,
+        partitions=tuple(sorted((t, p) for t, parts in event.partitions for p in parts)),
+        replaced_member_id=event.replaced_member_id,
     )
 
 
@@ -140,38 +128,6 @@ def decode_all(records: Iterable[tuple[bytes | None, bytes | None, int, int]],
         yield decode_or_mark(value, offset, timestamp_ms, key)
 
 
-def _opt_str(raw: dict[str, Any], name: str) -> str | None:
-    value = raw.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise EventDecodeError(f"{name}: expected str, got {type(value).__name__}")
-
-
-def _opt_int(raw: dict[str, Any], name: str) -> int | None:
-    value = raw.get(name)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise EventDecodeError(f"{name}: expected int, got {type(value).__name__}")
-
-
-def _partitions(value: object) -> tuple[TopicPartition, ...]:
-    """``[[topic, [int]]]`` flattened to sorted ``(topic, partition)`` pairs."""
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise EventDecodeError("partitions: expected [[topic, [int]]]")
-    out: list[TopicPartition] = []
-    for entry in value:
-        if (not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str)
-                or not isinstance(entry[1], list)):
-            raise EventDecodeError("partitions: expected [[topic, [int]]]")
-        for p in entry[1]:
-            if not isinstance(p, int) or isinstance(p, bool):
-                raise EventDecodeError(f"partitions: {entry[0]}: expected int partitions")
-            out.append((entry[0], p))
-    return tuple(sorted(out))
-
-
 def event_from_record(rec: dict[str, Any]) -> EventRow:
     """The inverse of ``EventRow.as_record`` (rows coming back from Spark)."""
     return EventRow(
@@ -180,4 +136,5 @@ def event_from_record(rec: dict[str, Any]) -> EventRow:
         group_instance_id=rec["group_instance_id"], reason=rec["reason"],
         detail=rec["detail"], duration_ms=rec["duration_ms"],
         partitions=tuple((p["topic"], p["partition"]) for p in rec["partitions"] or ()),
+        replaced_member_id=rec.get("replaced_member_id"),
     )

@@ -34,7 +34,6 @@ from groupwire.pipeline.report.events import (
     REBALANCE_COMPLETED,
     REBALANCE_STARTED,
     REMOVAL_TYPES,
-    REPLACES_PREFIX,
     decode_or_mark,
     event_from_record,
 )
@@ -58,6 +57,7 @@ EVENT_SCHEMA = StructType([
     StructField("detail", StringType(), True),
     StructField("duration_ms", LongType(), True),
     StructField("partitions", PARTITIONS_TYPE, False),
+    StructField("replaced_member_id", StringType(), True),
 ])
 
 INTERVAL_SCHEMA = StructType([
@@ -91,6 +91,7 @@ ARROW_EVENT_SCHEMA = pa.schema([
     pa.field("detail", pa.string()),
     pa.field("duration_ms", pa.int64()),
     pa.field("partitions", _ARROW_PARTITIONS, False),
+    pa.field("replaced_member_id", pa.string()),
 ])
 ARROW_INTERVAL_SCHEMA = pa.schema([
     pa.field("group_id", pa.string(), False),
@@ -197,15 +198,14 @@ def rebalances(events: DataFrame) -> DataFrame:
 def member_sessions(events: DataFrame) -> DataFrame:
     """One row per member id: when it joined, lost its connection, how it ended.
 
-    A static member replaced by a new member id (``member_joined`` with detail
-    ``replaces <old id>``) ends with ``end_type`` ``replaced``. ``ended_ms`` null: still a
+    A static member replaced by a new member id (``member_joined`` with a
+    ``replaced_member_id``) ends with ``end_type`` ``replaced``. ``ended_ms`` null: still a
     member at the end of the data.
     """
     replaced = (events.filter((F.col("type") == MEMBER_JOINED)
-                              & F.col("detail").startswith(REPLACES_PREFIX))
+                              & F.col("replaced_member_id").isNotNull())
                 .select("group_id", "ts_ms", "generation_id", "group_instance_id",
-                        F.substring(F.col("detail"), len(REPLACES_PREFIX) + 1, 1 << 20)
-                        .alias("member_id"),
+                        F.col("replaced_member_id").alias("member_id"),
                         F.lit("replaced").alias("type"),
                         F.lit("static-member-replaced").alias("reason"),
                         F.array().cast(PARTITIONS_TYPE).alias("partitions")))

@@ -139,7 +139,7 @@ async def test_a_group_load_that_fails_is_tried_again(
         loads = [s for s in broker.supervisor.services() if s.kind == "group-load"]
         assert len(loads) == 2
         await asyncio.wait_for(asyncio.gather(*(s.task for s in loads)), BOUND_S)
-        assert broker._hosted == {0, 1}  # noqa: SLF001
+        assert broker._hosted == {0, 1}
         assert failed and failures(broker, "group-load") == 1
         assert broker.fatal_error is None
     finally:

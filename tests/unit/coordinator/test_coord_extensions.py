@@ -415,7 +415,7 @@ def test_events_carry_exactly_the_section_9_keys() -> None:
     form_group(sim, [a])
     a.leave(reason="shutdown")
     keys = {"type", "group_id", "generation_id", "member_id", "group_instance_id", "reason",
-            "detail", "ts_ms", "duration_ms", "partitions"}
+            "detail", "ts_ms", "duration_ms", "partitions", "replaced_member_id"}
     assert all(set(e.to_value()) == keys for e in sim.events)
     types = [e.type for e in sim.events]
     assert types == ["member_joined", "rebalance_started", "rebalance_completed",

@@ -142,6 +142,8 @@ def test_static_follower_restart_keeps_assignment_without_rebalance() -> None:
         1, s1.member_id, [], False)
     assert sim.state("g") == "Stable"
     assert len(sim.records) == records_before + 1  # the replacement is persisted
+    joined = sim.events_of("member_joined")[-1]
+    assert (joined.member_id, joined.replaced_member_id) == (resp.member_id, old_id)
     sync = restarted.send_sync()
     assert sync is not None and sync.assignment == plan[old_id]
     # the old incarnation is fenced, or unknown without its instance id

@@ -86,7 +86,21 @@ def test_a_value_that_is_not_utf8_is_marked() -> None:
     assert row.type == UNDECODABLE and row.group_id == ""
 
 
+def test_static_replacement_is_a_typed_field() -> None:
+    event = GroupEvent(type="member_joined", group_id="g", generation_id=2,
+                       member_id="host-1-b", group_instance_id="host-1",
+                       detail="replaces host-1-a", ts_ms=5,
+                       replaced_member_id="host-1-a")
+    row = decode_event(pack(event.to_value()), offset=0, timestamp_ms=0)
+    assert row.replaced_member_id == "host-1-a"
+    assert event_from_record(row.as_record()) == row
+    # the field, not the text, is what counts
+    other = decode_event(pack({**event.to_value(), "detail": "replaces someone-else"}), 0, 0)
+    assert other.replaced_member_id == "host-1-a"
+
+
 def test_static_replacement_names_the_replaced_member() -> None:
+    """Values written before ``replaced_member_id`` existed say it in ``detail``."""
     joined = decode_event(pack({"type": "member_joined", "group_id": "g", "ts_ms": 1,
                                 "member_id": "host-1-b", "group_instance_id": "host-1",
                                 "detail": "replaces host-1-a"}), 0, 0)
