@@ -39,7 +39,9 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from groupwire.protocol.messages import Response
+from groupwire.protocol.fields import scalar_kind as _scalar
+from groupwire.protocol.fields import split_optional as _split_optional
+from groupwire.protocol.messages import Response, check_when_built
 from groupwire.protocol.types import IntRange
 
 __all__ = ["FieldError", "Fn", "Generator", "Rules", "builder"]
@@ -83,35 +85,6 @@ class Rules(enum.Enum):
 
 
 # --- type analysis ------------------------------------------------------------------------
-
-
-def _split_optional(tp: Any) -> tuple[bool, Any]:
-    """``X | None`` -> (True, X); anything else -> (False, tp)."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) != 1:
-            raise TypeError(f"unsupported union {tp!r}")
-        return True, args[0]
-    return False, tp
-
-
-def _scalar(tp: Any) -> tuple[str, IntRange | None] | None:
-    """(wire name, int range) for a scalar type, None for containers and dataclasses."""
-    if tp is str:
-        return "str", None
-    if tp is bytes:
-        return "bin", None
-    if tp is bool:
-        return "bool", None
-    if typing.get_origin(tp) is typing.Annotated:
-        base, *meta = typing.get_args(tp)
-        ranges = [m for m in meta if isinstance(m, IntRange)]
-        if base is int and ranges:
-            return ranges[0].name, ranges[0]
-    if tp is int:
-        raise TypeError("bare int field: annotate it Int32 or Int64")
-    return None
 
 
 def _is_dataclass(tp: Any) -> bool:
@@ -160,8 +133,11 @@ def _compile(lines: list[str], name: str, namespace: dict[str, Any]) -> Callable
 
 
 def _slot_setters(cls: type) -> list[Any] | None:
-    """Each field's slot descriptor ``__set__``, or None if ``__init__`` must run."""
-    if hasattr(cls, "__post_init__"):
+    """Each field's slot descriptor ``__set__``, or None if ``__init__`` must run. A
+    message's own build check (``check_when_built``) is skipped: decoded values are
+    checked already."""
+    post_init = getattr(cls, "__post_init__", None)
+    if post_init is not None and post_init is not check_when_built:
         return None
     setters = []
     for f in dataclasses.fields(cls):

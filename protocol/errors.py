@@ -125,6 +125,11 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent something the contract forbids."""
+class InvalidMessageError(LocalProtocolError, ValueError):
+    """A message was built with a field its wire type cannot carry (an int out of its
+    range, bytes where a str belongs): refused when built, never sent corrupt."""
+
+
 
 
 class FrameError(RemoteProtocolError):

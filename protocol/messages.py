@@ -10,9 +10,11 @@ decoder fills in for an absent field (``[]``, ``-1``, ``""``, ``b""``, ``False``
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar, dataclass_transform
 
+from groupwire.protocol.fields import build_checker
 from groupwire.protocol.types import Int32, Int64, TopicPartitions
 
 _T = TypeVar("_T")
@@ -20,8 +22,25 @@ _T = TypeVar("_T")
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
 def _msg(cls: type[_T]) -> type[_T]:
-    """``dataclass(frozen=True, kw_only=True, slots=True)``, spelled so type checkers see it."""
+    """``dataclass(frozen=True, kw_only=True, slots=True)``, spelled so type checkers see
+    it, whose instances check their fields when built (:func:`check_when_built`)."""
+    cls.__post_init__ = check_when_built  # type: ignore[attr-defined]
     return dataclass(frozen=True, kw_only=True, slots=True)(cls)
+
+
+_BUILD_CHECKS: dict[type, Callable[[object], None]] = {}
+
+
+def check_when_built(message: object) -> None:
+    """Refuse a message whose field could not go on the wire as its type says (an int
+    out of its range, a str where bytes belong...) when it is built, not as corrupt
+    bytes later: ``generation_id=2**40`` raises ``InvalidMessageError`` (a ValueError)
+    naming the field. What the decoder builds was checked on the way in and skips this."""
+    kind = type(message)
+    check = _BUILD_CHECKS.get(kind)
+    if check is None:
+        check = _BUILD_CHECKS[kind] = build_checker(kind)
+    check(message)
 
 
 class ApiKey(enum.IntEnum):

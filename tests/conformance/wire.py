@@ -377,7 +377,7 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
 EVENT_SCHEMA: dict[str, Any] = {
     "type": "str", "group_id": "str", "generation_id": "int", "member_id": "str?",
     "group_instance_id": "str?", "reason": "str?", "detail": "str?", "ts_ms": "long",
-    "duration_ms": "int?", "partitions": TOPIC_PARTS,
+    "duration_ms": "int?", "partitions": TOPIC_PARTS, "replaced_member_id": "str?",
 }
 
 
