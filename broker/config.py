@@ -43,6 +43,7 @@ class BrokerSettings:
     advertised_host: str = ""
     data_dir: Path = Path("data")
     metrics_port: int = 9100
+    metrics_partition_series: bool = False
     num_partitions: int = 1
     auto_create_topics: bool = False
     fsync: str = "interval"
@@ -80,6 +81,7 @@ class BrokerSettings:
     cluster_name: str = "groupwire"
     rack: str = ""
     etcd_lease_ttl_ms: int = 2000
+    etcd_watch_timeout_ms: int = 0
     etcd_cafile: str = ""
     etcd_certfile: str = ""
     etcd_keyfile: str = ""
@@ -216,6 +218,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("data_dir", "directory holding the logs and group metadata"),
     Option("metrics_port", "Prometheus /metrics HTTP port (0: any free port, -1: off)",
            _port_or_off),
+    Option("metrics_partition_series",
+           "export log end offset, committed offset and lag per partition too (a series "
+           "per partition and per group and partition); off: summed per topic and per "
+           "group and topic only, so series grow with topics x groups, not partitions"),
     Option("num_partitions", "partitions of a topic created without a count", _at_least(1)),
     Option("auto_create_topics", "create unknown topics named in Metadata requests"),
     Option("fsync", "when writes are fsynced before they are acknowledged",
@@ -291,6 +297,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("etcd_lease_ttl_ms",
            "a broker whose lease keep-alives stop is out of the cluster after this "
            "(rounded up to whole seconds)", _at_least(1000)),
+    Option("etcd_watch_timeout_ms",
+           "an etcd watch that brings nothing for this long is checked against a read and "
+           "replaced (on the next endpoint) if it fell behind; 0: a third of "
+           "--etcd-lease-ttl-ms", _at_least(0)),
     Option("etcd_cafile",
            "PEM CA certificates etcd's server certificate is checked against on https:// "
            "endpoints (default: the system's)"),

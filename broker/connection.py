@@ -8,7 +8,7 @@ Heartbeats the coordinator settles on its fast path (``Coordinator.renew``) are 
 with a pre-packed NONE body; like every request they are in flight until answered, and
 each one's latency is its own. A failure there is logged and answered as on the full path.
 
-Security (docs/security.md): on a TLS listener the principal is the client certificate's
+Security (docs/design/security.md): on a TLS listener the principal is the client certificate's
 CN; on a SASL listener the connection answers SaslHandshake and SaslAuthenticate itself
 and takes nothing but those and ApiVersions until authenticated (the heartbeat fast path
 included), closing the connection on anything else, on a failed authentication and at
@@ -210,7 +210,7 @@ class ClientConnection(asyncio.Protocol):
         limit = broker.settings.max_in_flight_requests
         self._draining = True
         # the heartbeat fast path, inlined: this loop runs once per request
-        renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.clock()
+        renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.monotonic()
         # Not authenticated (yet): every frame takes the full path, where the gate is. An
         # authentication finished in this drain sends the rest there too, which is safe.
         fast = not self._gated
@@ -365,7 +365,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self.broker.dispatch(self, req.correlation_id, req.client_id or "", req.request)
 
-    # --- SASL (docs/security.md) -----------------------------------------------------------
+    # --- SASL (docs/design/security.md) ----------------------------------------------------
 
     def _sasl_request(self, cid: int, request: Request) -> None:
         """SaslHandshake and SaslAuthenticate, in Kafka's order; out of it, or on a

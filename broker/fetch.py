@@ -16,6 +16,7 @@ re-read, and again at completion.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections.abc import Callable, Coroutine
@@ -95,16 +96,20 @@ class FetchManager:
                  ownership_fencing: bool, slice_s: float,
                  leadership: Leadership | None = None,
                  replica_fetched: Callable[[TopicPartition, int, int], None] | None = None,
+                 replica_epoch: Callable[[int], int | None] | None = None,
                  superuser: Callable[[str], bool] | bool = False,
                  ) -> None:
         """``replica_fetched(tp, node, fetch_offset)``: in a cluster, a follower's fetch
         tells the leader how far its log reaches (None: a single broker refuses them).
+        ``replica_epoch(node)``: that broker's epoch while it is registered, else None;
+        a follower's fetch carrying any other is refused before it counts (KIP-903).
         ``superuser(principal)``: whether a principal may name any principal's member in
         a fenced fetch (docs/protocol.md §7.5); a bool answers the same for all."""
         self._store = store
         self._leadership: Leadership = (SingleBroker(store.partition_count)
                                         if leadership is None else leadership)
         self._replica_fetched = replica_fetched
+        self._replica_epoch = replica_epoch
         self._coordinator = coordinator
         self._max_response_bytes = max_response_bytes
         self._fencing = ownership_fencing
@@ -256,6 +261,24 @@ class FetchManager:
         if fetch.state is _State.PARKED and (fetch.error or fetch.ready >= request.min_bytes):
             self._start_completion(fetch, self._wake_deadline)
 
+    def _stale_replica(self, request: FetchRequest) -> FetchResponse | None:
+        """STALE_BROKER_EPOCH unless ``replica_epoch`` is the registered epoch of broker
+        ``replica_id``: a fetch posing as a follower, or one from a registration that is
+        gone, must not move the ISR or the high watermark (KIP-903)."""
+        if self._replica_epoch is None:
+            return None
+        registered = self._replica_epoch(request.replica_id)
+        if registered is not None and request.replica_epoch == registered:
+            return None
+        log.warning("replica_fetch_refused", replica_id=request.replica_id,
+                    replica_epoch=request.replica_epoch, registered=registered is not None)
+        # The registered epoch is not told: the answer must not help a guess.
+        return FetchResponse(
+            error_code=ErrorCode.STALE_BROKER_EPOCH,
+            error_message=f"replica_epoch: not the epoch of broker {request.replica_id}'s "
+                          f"current registration" if registered is not None
+            else f"replica_id: broker {request.replica_id} is not registered")
+
     def _timed_out(self, fetch: _Fetch) -> None:
         fetch.timer = None
         if fetch.state is _State.PARKED:
@@ -393,6 +416,8 @@ class FetchManager:
             return FetchResponse(error_code=ErrorCode.INVALID_REQUEST,
                                  error_message="replica_id: replica fetches need cluster mode",
                                  ), 0, True
+        if replica and (stale := self._stale_replica(request)) is not None:
+            return stale, 0, True
         not_owned: frozenset[TopicPartition] = frozenset()
         if request.group is not None and self._fencing \
                 and self.coordinates(request.group.group_id):
@@ -427,7 +452,9 @@ class FetchManager:
                     has_error = True
                     continue
                 if replica and self._replica_fetched is not None:
-                    self._replica_fetched(tp, request.replica_id, part.fetch_offset)
+                    # Its log may be gone here (deleted): the read below answers for it.
+                    with contextlib.suppress(StorageError):
+                        self._replica_fetched(tp, request.replica_id, part.fetch_offset)
                 if register:
                     self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(

@@ -68,7 +68,8 @@ class ConnectionHost(Protocol):
 
     settings: BrokerSettings
     metrics: BrokerMetrics
-    clock: Callable[[], int]
+    monotonic: Callable[[], int]
+    """The clock of deadlines, in ms (the heartbeat fast path renews sessions on it)."""
     renew_heartbeat: Callable[[int, HeartbeatFields, int], Renewal | None]
     security: SecurityState
     """Users, ACLs and the SASL servers connections authenticate with."""

@@ -2,11 +2,16 @@
 
 Counters and histograms are updated on the request path; everything that is a view of
 state (groups by state, members, offsets, lag) is computed when Prometheus scrapes, so no
-timer ever walks all groups.
+timer ever walks all groups. A scrape reads all of it on the event loop, the only thread
+that changes it (:meth:`BrokerMetrics.snapshot`, served by ``broker.metrics_endpoint``),
+walking groups and topics a slice at a time. Offsets and lag are summed per topic and per
+group and topic; per partition only with ``--metrics-partition-series``, so that by default
+the series grow with topics x groups, not with partitions.
 """
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -22,22 +27,51 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from groupwire.broker.pacing import finish_in_slices
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import RESPONSE_TYPES, ApiKey
+from groupwire.protocol.steps import Steps, run_steps
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
+def _no_topics() -> Mapping[str, int]:
+    return {}
+
+
+def _no_log_end(_topic: str, _partition: int) -> int | None:
+    return None
+
+
+def _no_groups() -> Iterable[str]:
+    return ()
+
+
+def _no_offsets(_group: str) -> Mapping[tuple[str, int], int]:
+    return {}
+
+
 @dataclass(frozen=True, slots=True)
 class StateViews:
-    """Callables the scrape-time collector reads; supplied by the broker."""
+    """Callables the scrape-time collector reads, on the event loop; supplied by the broker.
+
+    A snapshot walks groups and topics over several turns of the loop, so ``topics``,
+    ``group_ids`` and ``committed`` return copies, never the containers the loop changes.
+    """
 
     groups_by_state: Callable[[], Mapping[str, int]]
     members: Callable[[], int]
-    log_end_offsets: Callable[[], Iterable[tuple[str, int, int]]]
-    committed_offsets: Callable[[], Iterable[tuple[str, str, int, int]]]
+    topics: Callable[[], Mapping[str, int]] = _no_topics
+    """The topics whose offsets are exported (internal ones left out), with their
+    partition counts."""
+    log_end: Callable[[str, int], int | None] = _no_log_end
+    """A partition's next offset to be read (its high watermark); None: not exported (an
+    internal topic) or gone (its topic was deleted since ``topics``)."""
+    group_ids: Callable[[], Iterable[str]] = _no_groups
+    committed: Callable[[str], Mapping[tuple[str, int], int]] = _no_offsets
+    """A group's committed offset per ``(topic, partition)``."""
     storage: Callable[[], StorageHealth] | None = None
 
 
@@ -54,43 +88,107 @@ class StorageHealth:
 
 
 class _StateCollector(Collector):
-    def __init__(self, views: StateViews, metrics: BrokerMetrics) -> None:
+    """Groups, members, offsets, lag and storage health, read from the broker's state.
+
+    :meth:`steps` does the work a group or a topic at a time, so a snapshot of 10 000
+    groups can let the loop run others in between (``BrokerMetrics.snapshot``); a plain
+    ``collect`` (a test reading the registry on the loop) runs them all at once.
+    """
+
+    def __init__(self, views: StateViews, metrics: BrokerMetrics, *,
+                 partition_series: bool) -> None:
         self._views = views
         self._metrics = metrics
+        self._partition_series = partition_series
+        self._ready: list[Metric] | None = None
+
+    def prepare(self, families: list[Metric]) -> None:
+        """What the next ``collect`` yields: families :meth:`steps` made in slices."""
+        self._ready = families
+
+    def describe(self) -> Iterator[Metric]:
+        """The families, empty: registering reads these, not the state."""
+        empty = StateViews(groups_by_state=dict, members=int)
+        blank = _StateCollector(empty, self._metrics, partition_series=self._partition_series)
+        return iter(run_steps(blank.steps()))
 
     def collect(self) -> Iterator[Metric]:
+        ready, self._ready = self._ready, None
+        yield from ready if ready is not None else run_steps(self.steps())
+
+    def steps(self) -> Steps[list[Metric]]:
+        """Every family, yielding after each group and each topic.
+
+        Each group's offsets and the log ends its lag is computed from are read in one
+        step, so every lag is of one moment (and never negative). Topics are read after
+        the groups, and log ends only grow: a partition's committed offset plus its lag
+        is at most the log end the same snapshot shows.
+        """
+        views, per_partition = self._views, self._partition_series
+        group_committed = GaugeMetricFamily(
+            "groupwire_group_committed_offset",
+            "Committed offsets of a group, summed over the topic's partitions",
+            labels=["group", "topic"])
+        group_lag = GaugeMetricFamily(
+            "groupwire_group_lag",
+            "Log end offset minus committed offset, summed over the topic's partitions the "
+            "group committed", labels=["group", "topic"])
+        topic_end = GaugeMetricFamily(
+            "groupwire_topic_log_end_offset",
+            "Next offset to be written, summed over the topic's partitions", labels=["topic"])
+        committed = GaugeMetricFamily("groupwire_committed_offset", "Last committed offset",
+                                      labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily("groupwire_consumer_lag",
+                                "Log end offset minus committed offset",
+                                labels=["group", "topic", "partition"])
+        leo = GaugeMetricFamily("groupwire_log_end_offset", "Next offset to be written",
+                                labels=["topic", "partition"])
+        for group in views.group_ids():
+            sums: dict[str, list[int]] = {}
+            for (topic, partition), offset in views.committed(group).items():
+                end = views.log_end(topic, partition)
+                if end is None:
+                    continue
+                behind = max(0, end - offset)
+                both = sums.setdefault(topic, [0, 0])
+                both[0] += offset
+                both[1] += behind
+                if per_partition:
+                    labels = [group, topic, str(partition)]
+                    committed.add_metric(labels, offset)
+                    lag.add_metric(labels, behind)
+            for topic, (offsets, behind) in sums.items():
+                group_committed.add_metric([group, topic], offsets)
+                group_lag.add_metric([group, topic], behind)
+            yield
+        for topic, count in views.topics().items():
+            ends = [(p, end) for p in range(count)
+                    if (end := views.log_end(topic, p)) is not None]
+            if ends:  # none: deleted since topics() was read (or no replica here)
+                topic_end.add_metric([topic], sum(end for _p, end in ends))
+                if per_partition:
+                    for p, end in ends:
+                        leo.add_metric([topic, str(p)], end)
+            yield
+        families: list[Metric] = [*self._now(), group_committed, group_lag, topic_end]
+        if per_partition:
+            families += [committed, lag, leo]
+        return [*families, *self._storage()]
+
+    def _now(self) -> Iterator[Metric]:
+        """The figures read in the snapshot's last step."""
         yield CounterMetricFamily("groupwire_bytes_in", "Bytes received from clients",
                                   value=self._metrics.bytes_in)
         yield CounterMetricFamily("groupwire_bytes_out", "Bytes sent to clients",
                                   value=self._metrics.bytes_out)
         groups = GaugeMetricFamily("groupwire_groups", "Consumer groups by state",
                                    labels=["state"])
+        by_state = self._views.groups_by_state()
         for state in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"):
-            groups.add_metric([state], self._views.groups_by_state().get(state, 0))
+            groups.add_metric([state], by_state.get(state, 0))
         yield groups
         yield GaugeMetricFamily("groupwire_members", "Members across all groups",
                                 value=self._views.members())
-        leo = GaugeMetricFamily("groupwire_log_end_offset", "Next offset to be written",
-                                labels=["topic", "partition"])
-        ends: dict[tuple[str, int], int] = {}
-        for topic, partition, end in self._views.log_end_offsets():
-            ends[(topic, partition)] = end
-            leo.add_metric([topic, str(partition)], end)
-        yield leo
-        committed = GaugeMetricFamily("groupwire_committed_offset", "Last committed offset",
-                                      labels=["group", "topic", "partition"])
-        lag = GaugeMetricFamily("groupwire_consumer_lag",
-                                "Log end offset minus committed offset",
-                                labels=["group", "topic", "partition"])
-        for group, topic, partition, offset in self._views.committed_offsets():
-            labels = [group, topic, str(partition)]
-            committed.add_metric(labels, offset)
-            log_end = ends.get((topic, partition))
-            if log_end is not None:
-                lag.add_metric(labels, max(0, log_end - offset))
-        yield committed
-        yield lag
-        yield from self._storage()
 
     def _storage(self) -> Iterator[Metric]:
         offline = GaugeMetricFamily(
@@ -193,6 +291,8 @@ class RequestStats(Collector):
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._state: _StateCollector | None = None
+        self._snapshot_lock = asyncio.Lock()
         r = self.registry
         self.requests = RequestStats()
         r.register(self.requests)
@@ -261,8 +361,21 @@ class BrokerMetrics:
                      seconds: float) -> None:
         self.requests.answered_run(api_key, error_code, count, seconds)
 
-    def watch(self, views: StateViews) -> None:
-        self.registry.register(_StateCollector(views, self))
+    def watch(self, views: StateViews, *, partition_series: bool = False) -> None:
+        """Export the broker's state; ``partition_series``: per partition too
+        (``--metrics-partition-series``), not only summed per topic and group."""
+        self._state = _StateCollector(views, self, partition_series=partition_series)
+        self.registry.register(self._state)
+
+    async def snapshot(self, slice_s: float) -> list[Metric]:
+        """Every family, read on the event loop (call it there): the state a group or a
+        topic at a time, giving the loop to others every ``slice_s`` (``broker.pacing``),
+        the rest in the last turn. The families are copies, to be formatted anywhere."""
+        async with self._snapshot_lock:  # one at a time: prepare() hands over to collect()
+            state = self._state
+            if state is not None:
+                state.prepare(await finish_in_slices(state.steps(), slice_s))
+            return list(self.registry.collect())
 
 
 def _api_name(api_key: int) -> str:
@@ -291,6 +404,9 @@ _CLUSTER_GAUGES: Final = {
     "leader_partitions": "Partitions this broker leads",
     "under_replicated_partitions": "Led partitions whose ISR is smaller than their replicas",
     "offline_partitions": "Partitions without a leader (reported by the controller only)",
+    "offline_partitions_storage_lost": "Partitions without a leader because their live ISR "
+                                       "members came back without their logs (a new "
+                                       "storage id; reported by the controller only)",
     "is_controller": "1 while this broker is the controller",
     "fenced": "1 while this broker has lost its etcd lease and leads nothing",
     "live_brokers": "Brokers registered in etcd, as this broker sees them",

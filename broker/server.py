@@ -15,11 +15,10 @@ import errno
 import functools
 import os
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import msgpack
-from prometheus_client import start_http_server
 
 from groupwire.broker.access import AccessControl
 from groupwire.broker.authorization import guard
@@ -49,6 +48,7 @@ from groupwire.broker.listeners import Listener, advertised_addresses
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
+from groupwire.broker.metrics_endpoint import MetricsEndpoint
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
 from groupwire.broker.pending_commits import PendingCommits
@@ -131,7 +131,15 @@ class StartupError(Exception):
 
 
 def wall_clock_ms() -> int:
+    """The wall clock: for timestamps users read (records, events), never a deadline."""
     return time.time_ns() // 1_000_000
+
+
+def loop_clock_ms() -> int:
+    """The running event loop's clock, monotonic, in ms: every deadline is on it (an NTP
+    step of the wall clock expires nothing and stalls nothing), and the one timer is
+    armed on it exactly (``Broker._wake_at``)."""
+    return int(asyncio.get_running_loop().time() * 1000)
 
 
 class Broker:
@@ -159,6 +167,9 @@ class Broker:
         self.settings = settings
         self._file_ops = file_ops
         self.clock = clock
+        """The wall clock (tests step a fake one): record and event timestamps only."""
+        self.monotonic: Callable[[], int] = loop_clock_ms
+        """The clock of deadlines: the event loop's (``loop_clock_ms``)."""
         self.metrics = BrokerMetrics()
         self.supervisor = Supervisor(
             on_failure=lambda kind: self.metrics.background_task_failures.labels(kind).inc(),
@@ -215,7 +226,7 @@ class Broker:
             _not_started)
         """The heartbeat fast path, ``Coordinator.renew`` once started: a Renewal when the
         heartbeat is settled with a plain NONE answer and nothing to execute; None:
-        ``dispatch`` it as usual. Connections pass ``clock()`` read once per batch."""
+        ``dispatch`` it as usual. Connections pass ``monotonic()`` read once per batch."""
         self._retention: Service | None = None
         self._stopped = asyncio.Event()
         self._closing = False
@@ -264,14 +275,15 @@ class Broker:
         # In a cluster, groups are loaded per offsets partition as this broker comes to
         # lead it (``_offsets_roles``); a single broker loads them all now.
         records = [] if settings.clustered else list(self._offsets_log.replay())
-        now = self.clock()
+        now = self._now()
         coordinator.load(records, now)
         leadership: Leadership = SingleBroker(store.partition_count)
         if settings.clustered:
             try:
                 self.cluster = ClusterNode(
                     settings, store, metadata_store=self._metadata_store,
-                    on_high_watermark=lambda tp: self._roles_changed({tp}))
+                    on_high_watermark=lambda tp: self._roles_changed({tp}),
+                    supervisor=self.supervisor)
             except ClusterStartError as exc:  # etcd's TLS files
                 raise StartupError(str(exc)) from exc
             leadership = self.cluster.leadership
@@ -281,6 +293,7 @@ class Broker:
             ownership_fencing=settings.ownership_fencing, slice_s=self._slice_s,
             leadership=leadership,
             replica_fetched=None if leaders is None else leaders.follower_fetched,
+            replica_epoch=None if self.cluster is None else self.cluster.broker_epoch,
             superuser=lambda principal: self.security.authorizer.is_super_user(principal))
         fetches = self._fetches
 
@@ -312,7 +325,7 @@ class Broker:
                 self.cluster_security = await follow_cluster_security(
                     self.cluster.etcd, self.cluster.cluster, self.security,
                     data_dir=settings.data_dir, where=settings.etcd_endpoints,
-                    timeout_s=FIRST_READ_S)
+                    timeout_s=FIRST_READ_S, supervisor=self.supervisor)
             except SecurityStoreError as exc:
                 raise StartupError(str(exc)) from exc
         self._start_security()
@@ -343,6 +356,8 @@ class Broker:
         log.info("security_loaded", authorizer=settings.authorizer or "none",
                  acls=len(self.security.authorizer), users=len(self.security.credentials),
                  super_users=settings.super_user_list())
+        for server in self._servers:  # bound in _listen (a cluster registers the ports);
+            await server.start_serving()  # accepting only now that all of the above is done
         log.info("broker_started", host=settings.host, port=self._port,
                  listeners={name: port for name, port in self.listener_ports.items()},
                  metrics_port=self.metrics_port, data_dir=str(settings.data_dir),
@@ -386,6 +401,15 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(
             None, save_security, self.settings.data_dir, bindings, credentials)
 
+    def _now(self) -> int:
+        """The time of a coordinator input (``monotonic``); the coordinator is told the
+        wall clock beside it, for the timestamps users read."""
+        now = self.monotonic()
+        coordinator = self.coordinator
+        if coordinator is not None:
+            coordinator.set_wall_clock(self.clock(), now)
+        return now
+
     def _renew_if_allowed(self, conn_id: int, heartbeat: HeartbeatFields, now_ms: int,
                           ) -> Renewal | None:
         """The heartbeat fast path with the authorizer on: only for a connection allowed
@@ -399,7 +423,9 @@ class Broker:
 
     async def _listen(self) -> Listener:
         """A server per listener, TLS ones sharing one context; the first listener's port
-        is ``port``. In a cluster every listener's address is registered, the
+        is ``port``. Bound, not yet accepting: ``_start`` starts serving once the broker
+        can answer (a connection made earlier is refused, so a health check that passes
+        means ready). In a cluster every listener's address is registered, the
         inter-broker listener's as the broker's own (``ClusterNode.start``)."""
         settings = self.settings
         try:
@@ -420,7 +446,7 @@ class Broker:
                 server = await loop.create_server(
                     functools.partial(self._new_connection, listener),
                     listener.host or None, listener.port, reuse_address=True, backlog=1024,
-                    ssl=ssl_context, ssl_handshake_timeout=(
+                    start_serving=False, ssl=ssl_context, ssl_handshake_timeout=(
                         settings.ssl_handshake_timeout_ms / 1000 if ssl_context else None))
             except OSError as exc:
                 flag = f"--listeners {listener}" if settings.listeners.strip() else "--port"
@@ -479,21 +505,16 @@ class Broker:
         coordinator, store = self.coordinator, self.store
         self.metrics.connections.set_function(lambda: len(self._connections))
 
-        def log_ends() -> Iterator[tuple[str, int, int]]:
-            for topic, count in store.topics().items():
-                if store.is_internal(topic):
-                    continue
-                for p in range(count):
-                    try:  # runs on the metrics thread: the topic may be deleted meanwhile
-                        end = store.log(topic, p).high_watermark
-                    except KeyError:
-                        break
-                    yield topic, p, end
+        def topics() -> dict[str, int]:
+            return {t: n for t, n in store.topics().items() if not store.is_internal(t)}
 
-        def committed() -> Iterator[tuple[str, str, int, int]]:
-            for group in coordinator.group_ids():
-                for (topic, p), offset in coordinator.committed(group).items():
-                    yield group, topic, p, offset
+        def log_end(topic: str, p: int) -> int | None:
+            if store.is_internal(topic):
+                return None
+            try:  # a snapshot takes several turns: the topic may be deleted meanwhile
+                return store.log(topic, p).high_watermark
+            except KeyError:
+                return None
 
         def storage() -> StorageHealth:
             evicted, fsynced = store.file_evictions
@@ -505,13 +526,14 @@ class Broker:
 
         self.metrics.watch(StateViews(
             groups_by_state=coordinator.group_counts_by_state,
-            members=coordinator.member_count,
-            log_end_offsets=log_ends, committed_offsets=committed, storage=storage))
-        server, _thread = start_http_server(self.settings.metrics_port,
-                                            addr=self.settings.host,
-                                            registry=self.metrics.registry)
+            members=coordinator.member_count, topics=topics, log_end=log_end,
+            group_ids=coordinator.group_ids, committed=coordinator.committed,
+            storage=storage), partition_series=self.settings.metrics_partition_series)
+        # served from a thread, read on the loop: a scrape asks the loop for a snapshot
+        server = MetricsEndpoint(functools.partial(self.metrics.snapshot, self._slice_s),
+                                 asyncio.get_running_loop())
+        self.metrics_port = server.start(self.settings.host, self.settings.metrics_port)
         self._metrics_server = server
-        self.metrics_port = server.server_port
 
     async def _retention_loop(self) -> None:
         interval = self.settings.log_retention_check_interval_ms / 1000
@@ -636,7 +658,7 @@ class Broker:
         if self._access is not None:
             self._access.forget(conn.conn_id)
         if self.coordinator is not None and not self._closing:
-            self.execute(self.coordinator.connection_closed(conn.conn_id, self.clock()))
+            self.execute(self.coordinator.connection_closed(conn.conn_id, self._now()))
 
     def request_memory(self, conn_id: int, held: int, wanted: int) -> Verdict:
         decision = self.memory.request(conn_id, held, wanted)
@@ -713,12 +735,12 @@ class Broker:
                              lambda _done: None)
                 return
             undo = _CommitUndo(coordinator, request)
-            result = coordinator.handle(ctx, request, self.clock())
+            result = coordinator.handle(ctx, request, self._now())
             undo.applied()
             self.execute(result, on_failure=undo, on_settled=self._pending_commits.add(
                 request.group_id, undo.before, undo.after))
             return
-        self.execute(coordinator.handle(ctx, request, self.clock()))
+        self.execute(coordinator.handle(ctx, request, self._now()))
 
     def _commit_steps(self, ctx: RequestContext, request: OffsetCommitRequest,
                       ) -> Steps[None]:
@@ -727,7 +749,7 @@ class Broker:
         falls back to its plain handler if the group changed meanwhile)."""
         coordinator, offsets_log = self.coordinator, self._offsets_log
         assert coordinator is not None and offsets_log is not None
-        now = self.clock()
+        now, wall = self._now(), self.clock()
         prepared = yield from coordinator.offset_commit_steps(ctx, request, now)
         if isinstance(prepared, Result):  # refused as a whole
             self.execute(prepared)
@@ -735,7 +757,7 @@ class Broker:
         write: PreparedWrite | None = None
         if prepared.records:
             write = yield from offsets_log.prepare_steps(prepared.group_id,
-                                                         prepared.records, now)
+                                                         prepared.records, wall)
             yield
         partitions = [(t.name, p.partition_index) for t in request.topics
                       for p in t.partitions]
@@ -758,7 +780,7 @@ class Broker:
         results: list[DeletableGroupResult] = []
         for at in range(0, len(names), DELETE_CHUNK):
             part = DeleteGroupsRequest(groups_names=names[at:at + DELETE_CHUNK])
-            result = coordinator.handle(ctx, part, self.clock())
+            result = coordinator.handle(ctx, part, self._now())
             for reply in result.replies:
                 results.extend(reply.response.results)  # type: ignore[attr-defined]
             self.execute(dataclasses.replace(result, replies=()))
@@ -934,7 +956,7 @@ class Broker:
                 load = self._loads.pop(p, None)
                 if load is not None:
                     self._spawn(load.stop())
-                self.execute(coordinator.unload_partition(p, self.clock()))
+                self.execute(coordinator.unload_partition(p, self._now()))
                 log.info("groups_unloaded", partition=p)
 
     async def _load_offsets_partition(self, p: int, leader_epoch: int) -> None:
@@ -956,7 +978,7 @@ class Broker:
         if self.cluster.leadership.led.get((OFFSETS_TOPIC, p)) != leader_epoch:
             self._loads.pop(p, None)
             return  # lost it meanwhile: _offsets_roles unloaded it
-        self.execute(coordinator.load_partition(p, records, self.clock()))
+        self.execute(coordinator.load_partition(p, records, self._now()))
         self._loads.pop(p, None)
         self._hosted.add(p)
         log.info("groups_loaded", partition=p, records=len(records), leader_epoch=leader_epoch,
@@ -1231,7 +1253,7 @@ class Broker:
         for record in result.records:
             if isinstance(record, GroupMetadataRecord):
                 self.execute(coordinator.group_write_failed(
-                    record.group_id, record.generation_id, self.clock()))
+                    record.group_id, record.generation_id, self._now()))
 
     def _emit(self, events: tuple[GroupEvent, ...]) -> None:
         store = self.store
@@ -1296,20 +1318,28 @@ class Broker:
             self._wake_at(earliest)
 
     def _wake_at(self, deadline: int | None) -> None:
+        """Arm the one loop timer for ``deadline`` exactly: deadlines are on the loop's
+        own clock (``loop_clock_ms``), so no delay is computed from another clock and no
+        millisecond is lost to rounding."""
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
         self._timer_deadline = deadline
         if deadline is not None:
-            delay = max(0.0, (deadline - self.clock()) / 1000)
-            self._timer_handle = asyncio.get_running_loop().call_later(delay, self._fire_timers)
+            self._timer_handle = asyncio.get_running_loop().call_at(deadline / 1000,
+                                                                    self._fire_timers)
 
     def _fire_timers(self) -> None:
+        # The loop runs this once its clock reached the deadline it was armed for (it may
+        # run a hair early, within the clock's resolution): that deadline is due.
+        armed_for = self._timer_deadline
         self._timer_handle = None
         self._timer_deadline = None
         coordinator = self.coordinator
         assert coordinator is not None
-        now = self.clock()
+        now = self._now()
+        if armed_for is not None and armed_for > now:
+            now = armed_for
         for key in self._timers.pop_due(now):
             self.execute(coordinator.expire(key, now))
         self._wake_at(self._timers.next_deadline())

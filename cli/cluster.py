@@ -45,12 +45,24 @@ def register(subparsers: Any) -> None:
         "elect-leaders", help="move leadership back to each partition's preferred replica",
         description="Ask the controller to make each partition's first replica its leader "
                     "again where that replica is live and in the ISR (a preferred election; "
-                    "leaders are never elected outside the ISR), and print each partition's "
-                    "result. Every partition, or --topic's, or one --partition of it. Exits "
-                    "0 whatever the partitions' results, 1 if the request failed.")
+                    "the controller by itself never elects a leader outside the ISR), and "
+                    "print each partition's result. Every partition, or --topic's, or one "
+                    "--partition of it. Exits 0 whatever the partitions' results, 1 if the "
+                    "request failed. With --unclean (DATA LOSS), instead give each "
+                    "partition that has no eligible leader any live replica as its leader.")
     p.add_argument("--topic", metavar="TOPIC", help="only this topic's partitions")
     p.add_argument("--partition", type=non_negative_int, metavar="P",
                    help="only partition P of --topic")
+    p.add_argument("--unclean", action="store_true",
+                   help="WARNING, LOSES DATA: an unclean election. Each partition without "
+                        "an eligible leader (no live in-sync replica that kept its log, "
+                        "e.g. its only in-sync replica came back on a wiped disk) gets its "
+                        "first live replica as leader, one that lost its log only if no "
+                        "other is live; the other replicas truncate to that leader's log, "
+                        "so acknowledged records it lacks are lost for good. Use it only "
+                        "when no replica with the data will come back. Partitions that "
+                        "have or can get an eligible leader are left alone "
+                        "(ELECTION_NOT_NEEDED)")
     add_connection_flags(p)
     p.set_defaults(func=elect_leaders)
 
@@ -109,14 +121,18 @@ def elect_leaders(args: argparse.Namespace) -> int:
         elif args.topic is not None:
             targets = [TopicPartition(d.topic, d.partition)
                        for d in await admin.describe_partitions([args.topic])]
-        results = sorted((await admin.elect_leaders(targets)).items())
+        if args.unclean:
+            print("groupwire cluster elect-leaders: WARNING: an unclean election loses the "
+                  "acknowledged records the new leaders lack", file=sys.stderr)
+        results = sorted((await admin.elect_leaders(targets, unclean=args.unclean)).items())
         if args.json:
             emit_json([{"topic": tp.topic, "partition": tp.partition,
                         "result": _outcome(err)[0],
                         "error_code": 0 if err is None else err.raw_code,
                         "message": _outcome(err)[1]} for tp, err in results])
             return 0
-        table("preferred leader elections", ["topic", "partition", "result", "detail"],
+        table("unclean leader elections" if args.unclean else "preferred leader elections",
+              ["topic", "partition", "result", "detail"],
               [(tp.topic, tp.partition, *_outcome(err)) for tp, err in results])
         return 0
 

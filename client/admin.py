@@ -28,7 +28,7 @@ from groupwire.client.acls import (
     describe_request,
     parse_scram_mechanism,
 )
-from groupwire.client.cluster import Cluster, backoff_s
+from groupwire.client.cluster import API_VERSION_REQUEST_TIMEOUT_MS, Cluster, backoff_s
 from groupwire.client.errors import (
     BrokerResponseError,
     NonEmptyGroupError,
@@ -241,6 +241,7 @@ class Admin:
                  security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
+                 api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
         """``security_protocol`` … ``sasl_plain_password`` are aiokafka's names (or pass
         one ``security``, as the CLI does); refused credentials raise
@@ -249,6 +250,7 @@ class Admin:
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 retry_backoff_max_ms=retry_backoff_max_ms,
+                                api_version_request_timeout_ms=api_version_request_timeout_ms,
                                 security=security or SecurityConfig.from_options(
                                     security_protocol=security_protocol,
                                     ssl_context=ssl_context, sasl_mechanism=sasl_mechanism,
@@ -365,7 +367,7 @@ class Admin:
         return sorted(out, key=lambda d: (d.topic, d.partition))
 
     async def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None, *,
-                            timeout_ms: int | None = None,
+                            timeout_ms: int | None = None, unclean: bool = False,
                             ) -> dict[TopicPartition, BrokerResponseError | None]:
         """Move leadership back to each partition's preferred (first) replica; None:
         every partition. Per partition None (elected) or the error whose ``code`` says
@@ -373,7 +375,13 @@ class Admin:
         (not live or not in the ISR), UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT.
 
         Sent to the controller. ``timeout_ms`` is how long it waits for the new leaders
-        (default: half the request timeout, so its answer comes within that)."""
+        (default: half the request timeout, so its answer comes within that).
+
+        ``unclean=True`` LOSES DATA: each partition without an eligible leader (no live
+        in-sync replica that kept its log) gets any live replica as its leader, and
+        acknowledged records that replica lacks are gone. Errors then:
+        ELECTION_NOT_NEEDED (it has, or gets by itself, an eligible leader),
+        ELIGIBLE_LEADERS_NOT_AVAILABLE (no replica is live)."""
         topics: list[ElectLeadersTopic] | None = None
         if partitions is not None:
             by_topic: dict[str, list[int]] = {}
@@ -383,7 +391,7 @@ class Admin:
                       for t, ps in by_topic.items()]
         wait_ms = self._cluster.request_timeout_ms // 2 if timeout_ms is None else timeout_ms
         resp = await self._send(ElectLeadersRequest(
-            election_type=0, topic_partitions=topics, timeout_ms=wait_ms),
+            election_type=1 if unclean else 0, topic_partitions=topics, timeout_ms=wait_ms),
             ElectLeadersResponse, controller=True)
         return {TopicPartition(r.topic, p.partition_id): (
             None if p.error_code == ErrorCode.NONE

@@ -82,7 +82,20 @@ CLOSED_HANDSHAKE_ROUNDS: Final = 3
 """Rounds in which every address closed the connection before answering ApiVersions
 after which a never-connected client stops trying (a peer that is no groupwire broker)."""
 
+API_VERSION_REQUEST_TIMEOUT_MS: Final = 2000
+"""How long a new connection waits for the broker's ApiVersions answer by default
+(librdkafka's ``api.version.request.timeout.ms``). A groupwire broker answers it at once,
+before any authentication or group work; a peer that accepted the connection and stays
+silent (an HTTP server waiting for a line end, a wrong port) is no broker to wait 30 s
+for."""
+
 SOFTWARE_NAME: Final = "groupwire-python"
+
+
+class NoApiVersionsAnswerError(TimeoutError):
+    """A peer accepted the connection and did not answer ApiVersions in time: it does not
+    speak groupwire (or is stalled). Before a client ever connected, a round of these is
+    given up on at once; a connected client's broker may be paused, and is waited for."""
 
 
 def _installed_version() -> str:
@@ -125,16 +138,17 @@ def _reason(exc: BaseException) -> str:
 def _raise_if_hopeless(failures: dict[str, BaseException], rounds: int,
                        connected_once: bool, tls: bool = False) -> None:
     """Raise when a full round failed for reasons waiting will not mend: all not groupwire;
-    or, for a client that never connected, all refused or unresolvable (Kafka's clients
-    refuse a bootstrap list with no resolvable address, too), or all closed at once round
-    after round (a connected client's broker may be restarting: it waits)."""
+    or, for a client that never connected, all refused, unresolvable (Kafka's clients
+    refuse a bootstrap list with no resolvable address, too) or silent after accepting the
+    connection, or all closed at once round after round (a connected client's broker may
+    be restarting or paused: it waits)."""
     errors = list(failures.values())
     if all(isinstance(e, IncompatibleBrokerError) for e in errors):
         raise IncompatibleBrokerError("; ".join(str(e) for e in errors)) from errors[-1]
     if connected_once:
         return
     if all(isinstance(e, ConnectionRefusedError | socket.gaierror | IncompatibleBrokerError
-                      | TlsHandshakeError) for e in errors):
+                      | TlsHandshakeError | NoApiVersionsAnswerError) for e in errors):
         if all(isinstance(e, TlsHandshakeError) for e in errors):
             raise TlsHandshakeError("; ".join(dict.fromkeys(str(e) for e in errors))
                                     ) from errors[-1]
@@ -186,7 +200,10 @@ class Cluster:
     def __init__(self, bootstrap: str | list[str], *, client_id: str = "groupwire",
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  retry_backoff_max_ms: int = 1000,
+                 api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
+        if api_version_request_timeout_ms <= 0:
+            raise ValueError("api_version_request_timeout_ms must be > 0")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.security = security or SecurityConfig()
@@ -195,6 +212,9 @@ class Cluster:
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.retry_backoff_max_ms = max(retry_backoff_max_ms, retry_backoff_ms)
+        self.api_version_request_timeout_ms = api_version_request_timeout_ms
+        """The longest wait for a new connection's ApiVersions answer (within the
+        caller's own timeout)."""
         self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
         self.api_versions: dict[ApiKey, int] = {}
         self.broker_versions: ApiVersionsResponse | None = None
@@ -294,11 +314,14 @@ class Cluster:
 
     async def open_one(self, host: str, port: int, timeout: float) -> Connection:
         """One connection to ``host:port``, opened and checked by ApiVersions within
-        ``timeout`` s in all, then authenticated when the client uses SASL, with no retry:
-        raises what went wrong (OSError for a refusal, :class:`TlsHandshakeError` for a
-        failed TLS handshake, :class:`IncompatibleBrokerError` for a peer that is no
-        groupwire broker, ConnectionClosedError for one that hung up, TimeoutError for
-        silence; the last two say what happened without the address, which the caller
+        ``timeout`` s in all (the ApiVersions answer within
+        :attr:`api_version_request_timeout_ms` of that), then authenticated when the
+        client uses SASL, with no retry: raises what went wrong (OSError for a refusal,
+        :class:`TlsHandshakeError` for a failed TLS handshake,
+        :class:`IncompatibleBrokerError` for a peer that is no groupwire broker,
+        ConnectionClosedError for one that hung up, :class:`NoApiVersionsAnswerError`
+        for one silent after connecting, TimeoutError for no connection in time; these
+        last say what happened without the address, which the caller
         names; :class:`AuthenticationFailedError`, which no caller retries, for refused
         credentials)."""
         address = f"{host}:{port}"
@@ -310,11 +333,13 @@ class Cluster:
                                          connect_timeout=timeout, ssl_context=self._tls)
         except TimeoutError:
             raise TimeoutError(f"no connection within {timeout * 1000:.0f} ms") from None
+        probe_s = min(max(deadline - loop.time(), 0.001),
+                      self.api_version_request_timeout_ms / 1000)
         try:
             resp = await conn.send(
                 ApiVersionsRequest(client_software_name=SOFTWARE_NAME,
                                    client_software_version=SOFTWARE_VERSION),
-                timeout=max(deadline - loop.time(), 0.001), response_type=ApiVersionsResponse)
+                timeout=probe_s, response_type=ApiVersionsResponse)
             self._check_versions(resp)
         except ConnectionClosedError as exc:
             await conn.close()
@@ -347,9 +372,9 @@ class Cluster:
             raise ConnectionClosedError(f"{how} the connection without answering") from exc
         except TimeoutError:
             await conn.close()
-            raise TimeoutError(f"connected, but no answer to ApiVersions within "
-                               f"{timeout * 1000:.0f} ms (is it a groupwire broker?)"
-                               ) from None
+            raise NoApiVersionsAnswerError(
+                f"connected, but no answer to ApiVersions within {probe_s * 1000:.0f} ms: "
+                f"it does not speak groupwire (or is stalled)") from None
         except BaseException:
             await conn.close()
             raise

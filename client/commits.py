@@ -18,6 +18,7 @@ from groupwire.client.clock import Clock
 from groupwire.client.errors import (
     CommitFailedError,
     FencedInstanceIdError,
+    GroupwireError,
     IllegalStateError,
     RebalanceInProgressError,
     error_for,
@@ -26,7 +27,7 @@ from groupwire.client.link import CoordinatorLink, backoff_ms
 from groupwire.client.membership import CommitCheck, Generation, Membership, MemberState
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.types import OffsetAndMetadata, TopicPartition
-from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -164,6 +165,19 @@ class Committer:
             await self.commit(dict(offsets))
         except Exception as exc:  # auto-commit failures are logged
             log.warning("auto-commit failed: %s", exc)
+
+    async def commit_on_close(self) -> None:
+        """The last auto-commit, as the consumer closes. A failure the broker or the
+        network caused is logged at warning, as aiokafka logs its own (the group resumes
+        from the offsets committed before: records after them are delivered again);
+        anything else (a bug) is raised."""
+        if not self.auto_commit:
+            return
+        try:
+            await self.commit()
+        except (GroupwireError, ProtocolError, OSError) as exc:
+            log.warning("auto-commit on close failed: %s (the group will resume from "
+                        "the offsets committed before)", str(exc) or repr(exc))
 
     async def before_revoke(self, partitions: set[TopicPartition] | None = None) -> None:
         """Auto-commit what is about to be given up (nothing without auto-commit)."""

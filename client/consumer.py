@@ -35,11 +35,13 @@ from groupwire.client.assignors import (
     rebalance_protocol_for,
 )
 from groupwire.client.clock import Clock, monotonic_ms
+from groupwire.client.cluster import API_VERSION_REQUEST_TIMEOUT_MS
 from groupwire.client.commits import Committer
 from groupwire.client.errors import (
     BackgroundTaskError,
     BrokerResponseError,
     ClientClosedError,
+    GroupwireError,
     IllegalStateError,
     error_for,
 )
@@ -55,6 +57,7 @@ from groupwire.client.security import SecurityConfig
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.supervisor import TaskSupervisor
 from groupwire.client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
+from groupwire.protocol.errors import ProtocolError
 from groupwire.protocol.messages import FetchGroup
 
 __all__ = ["Consumer"]
@@ -87,6 +90,7 @@ class Consumer:
                  ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str = "PLAIN",
                  sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
+                 api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
@@ -120,6 +124,7 @@ class Consumer:
         self._link = CoordinatorLink(
             self._bootstrap, group_id=group_id, client_id=client_id,
             request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            api_version_request_timeout_ms=api_version_request_timeout_ms,
             security=self._security)
         self._fetcher = Fetcher(
             self._subs, self._link.send, auto_offset_reset=auto_offset_reset,
@@ -202,8 +207,9 @@ class Consumer:
             log.warning("consumer close: committing and leaving the group did not finish "
                         "within close_timeout_ms=%d; closed without them",
                         self._close_timeout * 1000)
-        except Exception as exc:  # close must finish whatever happens
+        except (GroupwireError, ProtocolError, OSError) as exc:  # the broker's, the network's
             log.warning("consumer close: %s", str(exc) or repr(exc))
+        # anything else (a bug) is raised once the consumer has stopped, as aiokafka raises
         finally:
             self._closed = True
             self._fetcher.cancel()
@@ -349,6 +355,9 @@ class Consumer:
         A record that cannot be read raises :class:`CorruptRecordError` (partition and
         offset) once the records before it have been returned, at every poll until a
         ``seek`` moves that partition on (``seek(err.topic_partition, err.offset + 1)``).
+        A fetch failure no retry mends (an answer that cannot be decoded, an error code
+        that is not retriable) is raised once, as aiokafka raises its fetcher's errors;
+        lost connections and retriable codes are retried in the background.
         """
         self._check_open()
         with self._lock:
@@ -390,6 +399,9 @@ class Consumer:
             self._raise_pending()
             if self._subs.missing_positions():
                 await self._fetcher.update_positions(self.group_id)
+            failure = self._fetcher.take_error()
+            if failure is not None:
+                raise failure
             bad = self._fetcher.record_error(only)
             if bad is not None:
                 raise bad

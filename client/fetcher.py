@@ -15,7 +15,16 @@ the records before it are buffered as usual, and once the application has polled
 and offset, at every poll, until a seek moves the partition on. A partition the broker's
 ACLs do not let this client read stops the same way, with a
 :class:`TopicAuthorizationFailedError` naming the topic, raised once: the poll after it
-fetches again (an ACL added meanwhile takes effect), as Kafka's consumer does.
+fetches again (an ACL added meanwhile takes effect), as Kafka's consumer does; so does a
+partition answered with any other error code that is not retriable.
+
+Failures are sorted as aiokafka sorts them. Retriable ones (a lost connection, no answer
+in time, a retriable error code such as NOT_LEADER_OR_FOLLOWER, the group's generation
+moving on) are retried with backoff, the first of a streak logged at info and the rest at
+debug. Anything else (an answer that cannot be decoded, a request-level error code that
+is not retriable) is kept and raised once from the next poll (:meth:`Fetcher.take_error`)
+rather than retried in silence forever; an exception no fetch should raise (a bug) ends
+the task, and the consumer's task supervisor raises it from every poll after.
 """
 
 from __future__ import annotations
@@ -26,16 +35,19 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from groupwire.client.cluster import STALE_METADATA_ERRORS
+from groupwire.client.commits import GROUP_ERRORS
 from groupwire.client.errors import (
     BrokerResponseError,
+    ClientClosedError,
     CorruptRecordError,
+    GroupwireError,
     OffsetOutOfRangeError,
     error_for,
 )
 from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
 from groupwire.protocol.batches import decode_records_partial
-from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.messages import (
     FetchGroup,
     FetchPartition,
@@ -93,6 +105,8 @@ class Fetcher:
         # once the partition is reassigned or its fetch offset moves (a seek)
         self._stopped: dict[TopicPartition, tuple[
             PartitionState, int, CorruptRecordError | BrokerResponseError]] = {}
+        self._error: Exception | None = None  # a fetch failure no retry mends: next poll's
+        self._failures = 0  # retriable failures in a row (the first is logged at info)
         self.on_done: Callable[[], None] | None = None   # wakes the poll
 
     # --- positions ---------------------------------------------------------------------
@@ -212,10 +226,10 @@ class Fetcher:
     async def _read_leaders(self, router: Cluster, topics: set[str]) -> None:
         try:
             await router.ensure_leaders(topics)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the broker away: the next poll asks again
-            log.debug("metadata for fetching failed: %s", exc)
+        except ClientClosedError:
+            return
+        except (GroupwireError, ProtocolError, OSError) as exc:
+            self._failed("metadata for fetching", exc)  # the next poll asks again
             await asyncio.sleep(self._backoff)
 
     def cancel(self) -> asyncio.Task[None] | None:
@@ -258,12 +272,13 @@ class Fetcher:
             else:
                 resp = await self._router.send_to(node, request, response_type=FetchResponse,
                                                   timeout_ms=self._fetch_timeout_ms())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # connection trouble: back off, retry
-            log.debug("fetch failed: %s", exc)
-            if self._router is not None:
+        except ClientClosedError:
+            return  # the consumer is closing
+        except (GroupwireError, ProtocolError, OSError) as exc:
+            # anything else (a bug) ends the task: the task supervisor raises it
+            if self._router is not None and _retriable(exc):
                 self._router.mark_stale()
+            self._failed(f"fetch from {_node_name(node)}", exc)
             await asyncio.sleep(self._backoff)
             return
         if resp.error_code in _REFUSED:
@@ -273,9 +288,11 @@ class Fetcher:
             return
         if resp.error_code != ErrorCode.NONE:
             # UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID: membership is handled by heartbeats
-            log.debug("fetch refused: %s", ErrorCode.name_of(resp.error_code))
+            self._failed(f"fetch from {_node_name(node)}", error_for(
+                resp.error_code, resp.error_message or "Fetch"))
             await asyncio.sleep(self._backoff)
             return
+        self._failures = 0
         # An assignment that changed while the Fetch was out (a cooperative rebalance) does
         # not void the records of partitions kept at the same fetch offset: dropping them
         # would pause exactly the partitions cooperative rebalancing promises not to
@@ -304,11 +321,15 @@ class Fetcher:
                 if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     st.reset_needed = True  # the next poll applies auto_offset_reset
                     continue
-                if p.error_code in _REFUSED:  # ACLs: no retry mends it, the app is told
+                if p.error_code in _REFUSED or (p.error_code != ErrorCode.NONE
+                                                and not _retriable_code(p.error_code)):
+                    # ACLs, or an error no retry mends: the app is told, as aiokafka does
                     self._refuse(tp, requested, p.error_code, p.error_message,
                                  group.group_id if group is not None else None)
                     continue
                 if p.error_code != ErrorCode.NONE:
+                    log.debug("fetch of %s: %s, retrying", tp,
+                              ErrorCode.name_of(p.error_code))
                     failed = True
                     continue
                 if not p.records:
@@ -333,9 +354,28 @@ class Fetcher:
         st = self._subs.partitions.get(tp)
         if st is None or st.fetch_offset != at:
             return
-        log.warning("fetch of %s refused: %s", tp, ErrorCode.name_of(code))
+        log.warning("fetch of %s failed: %s", tp, ErrorCode.name_of(code))
         self._stopped[tp] = (st, at, error_for(code, message or f"Fetch of {tp}",
                                                 topic=tp.topic, group_id=group_id))
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        """A retriable failure is logged (info for the first of a streak, then debug) and
+        retried; any other is kept for :meth:`take_error` and logged at warning."""
+        if _retriable(exc):
+            self._failures += 1
+            level = logging.INFO if self._failures == 1 else logging.DEBUG
+            log.log(level, "%s failed (retrying): %s", what, str(exc) or repr(exc))
+            return
+        log.warning("%s failed: %s", what, str(exc) or repr(exc))
+        if self._error is None:
+            self._error = exc
+
+    def take_error(self) -> Exception | None:
+        """The latest fetch failure that no retry mends (an answer that cannot be
+        decoded, an error code that is not retriable), handed out once: the consumer
+        raises it from its next poll, as aiokafka raises its fetcher's errors."""
+        err, self._error = self._error, None
+        return err
 
     def _fetch_timeout_ms(self) -> int:
         """A Fetch waits up to max_wait_ms at the broker: the answer may take that long."""
@@ -407,6 +447,30 @@ _REFUSED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                       ErrorCode.GROUP_AUTHORIZATION_FAILED,
                       ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
 """Fetch answers the broker's ACLs gave: raised from the next poll, not retried blindly."""
+
+
+def _retriable_code(code: int) -> bool:
+    """Kafka's retriable codes, the ones meaning the group's generation moved on (the
+    membership rejoins; the next Fetch carries the new generation), and the ones meaning
+    the leaders known are out of date."""
+    if code in GROUP_ERRORS or code in STALE_METADATA_ERRORS:
+        return True
+    try:
+        return ErrorCode(code).retriable
+    except ValueError:  # a code this version does not know
+        return False
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether a fetch failure mends by itself: a lost or refused connection, no answer
+    in time, or an answer with a retriable error code."""
+    if isinstance(exc, BrokerResponseError):
+        return _retriable_code(exc.raw_code) or isinstance(exc, ConnectionError)
+    return isinstance(exc, OSError)  # ConnectionError, TimeoutError and the like
+
+
+def _node_name(node: int | None) -> str:
+    return "the coordinator" if node is None else f"node {node}"
 
 
 def _raise_for(code: int, message: str | None) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import Any, Final, TypeVar
 
-from groupwire.client.cluster import Cluster
+from groupwire.client.cluster import API_VERSION_REQUEST_TIMEOUT_MS, Cluster
 from groupwire.client.connection import Connection
 from groupwire.client.errors import ConnectionClosedError, GroupwireError, error_for
 from groupwire.client.security import SecurityConfig
@@ -94,10 +94,13 @@ def _raise_if_refused(found: FindCoordinatorResponse, group_id: str) -> None:
 class CoordinatorLink:
     def __init__(self, bootstrap: list[tuple[str, int]], *, group_id: str | None,
                  client_id: str, request_timeout_ms: int, retry_backoff_ms: int,
+                 api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
         self.cluster = Cluster([f"{h}:{p}" for h, p in bootstrap], client_id=client_id,
                                request_timeout_ms=request_timeout_ms,
-                               retry_backoff_ms=retry_backoff_ms, security=security)
+                               retry_backoff_ms=retry_backoff_ms,
+                               api_version_request_timeout_ms=api_version_request_timeout_ms,
+                               security=security)
         """Connections, metadata and leaders: shared with the fetcher."""
         self._group_id = group_id
         self._client_id = client_id

@@ -20,7 +20,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from groupwire.client.accumulator import Accumulator, Batch, record_size
-from groupwire.client.cluster import STALE_METADATA_ERRORS, Cluster, backoff_s
+from groupwire.client.cluster import (
+    API_VERSION_REQUEST_TIMEOUT_MS,
+    STALE_METADATA_ERRORS,
+    Cluster,
+    backoff_s,
+)
 from groupwire.client.errors import (
     BrokerNotAvailableError,
     BrokerResponseError,
@@ -89,6 +94,7 @@ class Producer:
                  security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
                  sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
+                 api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
         if acks == 0 and not isinstance(acks, bool):
             raise ValueError("acks=0 is not supported: the broker answers every Produce; "
@@ -119,6 +125,7 @@ class Producer:
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 retry_backoff_max_ms=retry_backoff_max_ms,
+                                api_version_request_timeout_ms=api_version_request_timeout_ms,
                                 security=security or SecurityConfig.from_options(
                                     security_protocol=security_protocol,
                                     ssl_context=ssl_context, sasl_mechanism=sasl_mechanism,

@@ -200,9 +200,7 @@ class Rebalancer:
         if self._group_id is None:
             return
         if self._subs.manual:
-            if self._commits.auto_commit:
-                with contextlib.suppress(Exception):
-                    await self._commits.commit()
+            await self._commits.commit_on_close()
             return
         with self._lock:
             lost = self._m.take_lost()
@@ -213,9 +211,7 @@ class Rebalancer:
             if lost or state != MemberState.STABLE:
                 await self.call_listener("on_partitions_lost", owned)
             else:
-                if self._commits.auto_commit:
-                    with contextlib.suppress(Exception):
-                        await self._commits.commit()
+                await self._commits.commit_on_close()
                 await self.call_listener("on_partitions_revoked", owned)
         self._subs.set_assignment(())
         await stop_heartbeat()

@@ -67,10 +67,12 @@ class ErrorCode(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
     MEMBER_ID_REQUIRED = 79
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
@@ -123,13 +125,13 @@ class LocalProtocolError(ProtocolError):
     """Our side tried to build or send something the contract forbids."""
 
 
-class RemoteProtocolError(ProtocolError):
-    """The peer sent something the contract forbids."""
 class InvalidMessageError(LocalProtocolError, ValueError):
     """A message was built with a field its wire type cannot carry (an int out of its
     range, bytes where a str belongs): refused when built, never sent corrupt."""
 
 
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the contract forbids."""
 
 
 class FrameError(RemoteProtocolError):

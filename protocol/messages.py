@@ -335,6 +335,10 @@ class FetchGroup:
 class FetchRequest(Request):
     API_KEY: ClassVar[ApiKey] = ApiKey.FETCH
     replica_id: Int32 = -1
+    replica_epoch: Int64 | None = None
+    """A follower's broker epoch, the etcd revision of its registration (Kafka's
+    ReplicaState.ReplicaEpoch, KIP-903): the leader refuses any other with
+    STALE_BROKER_EPOCH. Consumers leave it out."""
     max_wait_ms: Int32 = 500
     min_bytes: Int32 = 1
     max_bytes: Int32 = 52428800
@@ -784,8 +788,9 @@ class ElectLeadersTopic:
 @_msg
 class ElectLeadersRequest(Request):
     """Leadership back to each partition's preferred (first) replica (KIP-183, KIP-460).
-    ``election_type`` 0 (preferred) only: 1 (unclean) is refused, as leaders are never
-    elected outside the ISR. ``topic_partitions`` nil: every partition."""
+    ``election_type`` 0 preferred; 1 unclean (cluster mode: any live replica leads a
+    partition without an eligible leader, losing the records it lacks).
+    ``topic_partitions`` nil: every partition."""
 
     API_KEY: ClassVar[ApiKey] = ApiKey.ELECT_LEADERS
     election_type: Int32 = 0

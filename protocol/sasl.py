@@ -67,7 +67,8 @@ class SaslClient:
         self._step = 1
         if self._scram is None:
             return b"\0" + self.user.encode() + b"\0" + self._password.encode()
-        return self._scram.get_client_first().encode()
+        first: str = self._scram.get_client_first()  # scramp is untyped
+        return first.encode()
 
     def answer(self, server_bytes: bytes) -> bytes | None:
         """The next message after the broker's ``server_bytes``; None: authenticated.
@@ -79,7 +80,8 @@ class SaslClient:
         try:
             if step == 1:
                 scram.set_server_first(bytes(server_bytes).decode())
-                return scram.get_client_final().encode()
+                final: str = scram.get_client_final()
+                return final.encode()
             scram.set_server_final(bytes(server_bytes).decode())
         except (ScramException, UnicodeDecodeError) as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -9,11 +9,14 @@ same txns; deciding after they are applied gives none."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
 from groupwire.broker.cluster.keys import (
     NO_LEADER,
+    BrokerInfo,
     PartitionState,
     TopicAssignment,
     controller_key,
@@ -30,35 +33,146 @@ PARTITIONS_PER_TXN = MAX_TXN_OPS - 1
 """One compare per partition plus the controller's own must fit etcd's limit."""
 
 
-def _elect(state: PartitionState, replicas: Sequence[int], live: set[int]
+def _eligible(state: PartitionState, node: int, brokers: Mapping[int, BrokerInfo]) -> bool:
+    """``node`` may lead from its ISR entry: it is live, with the log the entry recorded
+    (KIP-858: a replica whose storage id changed lost that log)."""
+    return node in brokers and not state.lost_storage(node, brokers)
+
+
+def _with_isr(state: PartitionState, leader: int, leader_epoch: int, isr: tuple[int, ...],
+              brokers: Mapping[int, BrokerInfo]) -> PartitionState:
+    return PartitionState(leader, leader_epoch, isr, state.partition_epoch + 1,
+                          state.storage_for(isr, brokers))
+
+
+def _elect(state: PartitionState, replicas: Sequence[int], brokers: Mapping[int, BrokerInfo]
            ) -> PartitionState | None:
     """The state the partition should have, or None if it already does."""
-    live_isr = tuple(r for r in state.isr if r in live)
-    if state.leader not in live:
-        candidates = [r for r in replicas if r in live and r in state.isr]
+    # Members that keep their entry: live, and with the log the entry recorded. One
+    # that came back with another storage id leaves (it catches up as a follower and
+    # the leader adds it back under its new id).
+    kept = tuple(r for r in state.isr if _eligible(state, r, brokers))
+    if not _eligible(state, state.leader, brokers):
+        candidates = [r for r in replicas if r in state.isr and _eligible(state, r, brokers)]
         if candidates:
-            return PartitionState(leader=candidates[0], leader_epoch=state.leader_epoch + 1,
-                                  isr=live_isr, partition_epoch=state.partition_epoch + 1)
+            return _with_isr(state, candidates[0], state.leader_epoch + 1, kept, brokers)
         if state.leader == NO_LEADER:
             return None
-        # No live ISR replica: no leader, and the ISR kept so its last member leads
-        # again when it returns (never an unclean election). The epoch still moves so
-        # the old leader's epoch is over.
-        return PartitionState(leader=NO_LEADER, leader_epoch=state.leader_epoch + 1,
-                              isr=state.isr, partition_epoch=state.partition_epoch + 1)
-    if live_isr != state.isr and live_isr:
-        return PartitionState(leader=state.leader, leader_epoch=state.leader_epoch,
-                              isr=live_isr, partition_epoch=state.partition_epoch + 1)
-    return None
+        # No eligible ISR replica: no leader, and the ISR kept whole (storage ids
+        # included) so a member with its log leads again when it returns (never an
+        # unclean election by itself). The epoch still moves so the old leader's
+        # epoch is over.
+        return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr,
+                              state.partition_epoch + 1, state.isr_storage)
+    if kept != state.isr and kept:
+        return _with_isr(state, state.leader, state.leader_epoch, kept, brokers)
+    # Entries from before storage identities learn their live member's id, so the
+    # next wipe of that member is caught.
+    learned = PartitionState(state.leader, state.leader_epoch, state.isr,
+                             state.partition_epoch + 1,
+                             state.storage_for(state.isr, brokers))
+    return learned if learned.isr_storage != state.isr_storage else None
 
 
-def _initial(replicas: Sequence[int], live: set[int]) -> PartitionState:
+def _registered(isr: tuple[int, ...], brokers: Mapping[int, BrokerInfo]
+                ) -> tuple[str | None, ...]:
+    """The storage ids a new ISR of live brokers records: theirs now."""
+    return tuple(None if brokers.get(n) is None else brokers[n].storage_id for n in isr)
+
+
+def _initial(replicas: Sequence[int], brokers: Mapping[int, BrokerInfo]) -> PartitionState:
     """A partition whose topic is assigned but whose state was never written (the
     controller that created the topic died between its txns)."""
-    alive = tuple(r for r in replicas if r in live)
+    alive = tuple(r for r in replicas if r in brokers)
     if not alive:
         return PartitionState(NO_LEADER, 0, tuple(replicas), 0)
-    return PartitionState(alive[0], 0, alive, 0)
+    return PartitionState(alive[0], 0, alive, 0, _registered(alive, brokers))
+
+
+OfflineReason = Literal["no_live_isr", "isr_storage_lost"]
+"""Why a partition has no leader: no ISR member is live, or the live ones came back
+without the log their ISR entry recorded (a new storage id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offline:
+    reason: OfflineReason
+    lost_storage: tuple[int, ...]
+    """ISR members live under another storage id than recorded."""
+    dead: tuple[int, ...]
+    """ISR members not live."""
+
+
+def offline_partitions(image: ClusterImage) -> dict[TopicPartition, Offline]:
+    """Every assigned partition without a leader, and why (logs and metrics)."""
+    found: dict[TopicPartition, Offline] = {}
+    for tp, _replicas in _assigned(image):
+        state = image.partitions.get(tp)
+        if state is None or state.leader != NO_LEADER:
+            continue
+        lost = tuple(r for r in state.isr if state.lost_storage(r, image.brokers))
+        dead = tuple(r for r in state.isr if r not in image.brokers)
+        found[tp] = Offline("isr_storage_lost" if lost else "no_live_isr", lost, dead)
+    return found
+
+
+def clean_candidate(image: ClusterImage, tp: TopicPartition) -> int | None:
+    """The replica :func:`decide` elects for ``tp`` if its leader is gone: the first in
+    assignment order that is live, in the ISR and has the log the ISR recorded."""
+    topic, p = tp
+    state = image.partitions.get(tp)
+    assignment = image.topics.get(topic)
+    if state is None or assignment is None or p >= len(assignment.replicas):
+        return None
+    return next((r for r in assignment.replicas[p]
+                 if r in state.isr and _eligible(state, r, image.brokers)), None)
+
+
+def unclean_candidate(image: ClusterImage, tp: TopicPartition) -> int | None:
+    """Whom an unclean election (an operator's explicit choice of data loss) makes
+    ``tp``'s leader: the first live replica in assignment order, one known to have
+    lost its log (a new storage id) only if no other is live, since any other holds
+    some of the data."""
+    topic, p = tp
+    state = image.partitions.get(tp)
+    assignment = image.topics.get(topic)
+    if state is None or assignment is None or p >= len(assignment.replicas):
+        return None
+    live = [r for r in assignment.replicas[p] if r in image.brokers]
+    whole = [r for r in live if not state.lost_storage(r, image.brokers)]
+    chosen = whole or live
+    return chosen[0] if chosen else None
+
+
+def needs_unclean_election(image: ClusterImage, tp: TopicPartition) -> bool:
+    """``tp`` has no eligible leader now and :func:`decide` cannot elect one."""
+    state = image.partitions.get(tp)
+    if state is None:
+        return False
+    if _eligible(state, state.leader, image.brokers):
+        return False
+    return clean_candidate(image, tp) is None
+
+
+def unclean_leader_txns(image: ClusterImage, controller_epoch: int,
+                        only: Collection[TopicPartition] | None = None) -> list[Txn]:
+    """``groupwire cluster elect-leaders --unclean``: each partition without an
+    eligible leader gets :func:`unclean_candidate` as its leader, the ISR of it alone
+    (leader epoch + 1). Records it lacks are lost: the operator chose so."""
+    writes: list[tuple[TopicPartition, PartitionState]] = []
+    for tp, _replicas in _assigned(image):
+        if only is not None and tp not in only:
+            continue
+        if not needs_unclean_election(image, tp):
+            continue
+        chosen = unclean_candidate(image, tp)
+        state = image.partitions.get(tp)
+        if chosen is None or state is None:
+            continue
+        writes.append((tp, PartitionState(chosen, state.leader_epoch + 1, (chosen,),
+                                          state.partition_epoch + 1,
+                                          _registered((chosen,), image.brokers))))
+    return _batched(image, controller_epoch, writes)
 
 
 def _batched(image: ClusterImage, controller_epoch: int,
@@ -91,11 +205,11 @@ def decide(image: ClusterImage, controller_epoch: int) -> list[Txn]:
     """Elections and ISR clean-up after brokers died or returned, in topic-partition
     order, as few txns as etcd's op limit allows. A partition state without a topic
     assignment is left alone (its topic is being deleted)."""
-    live = set(image.brokers)
     writes: list[tuple[TopicPartition, PartitionState]] = []
     for tp, replicas in _assigned(image):
         state = image.partitions.get(tp)
-        new = _initial(replicas, live) if state is None else _elect(state, replicas, live)
+        new = (_initial(replicas, image.brokers) if state is None
+               else _elect(state, replicas, image.brokers))
         if new is not None:
             writes.append((tp, new))
     return _batched(image, controller_epoch, writes)
@@ -114,10 +228,10 @@ def preferred_leader_txns(image: ClusterImage, controller_epoch: int,
         if state is None or not replicas:
             continue
         preferred = replicas[0]
-        if (state.leader != preferred and preferred in image.brokers
-                and preferred in state.isr):
+        if (state.leader != preferred and preferred in state.isr
+                and _eligible(state, preferred, image.brokers)):
             writes.append((tp, PartitionState(preferred, state.leader_epoch + 1, state.isr,
-                                              state.partition_epoch + 1)))
+                                              state.partition_epoch + 1, state.isr_storage)))
     return _batched(image, controller_epoch, writes)
 
 
@@ -136,7 +250,8 @@ def create_topic_txns(image: ClusterImage, name: str, partitions: int,
     guard = Compare(controller_key(image.cluster), "create", "==", controller_epoch)
     tkey = topic_key(image.cluster, name)
     states = [(partition_key(image.cluster, name, p),
-               PartitionState(leader=r[0], leader_epoch=0, isr=r, partition_epoch=0))
+               PartitionState(leader=r[0], leader_epoch=0, isr=r, partition_epoch=0,
+                              isr_storage=_registered(r, image.brokers)))
               for p, r in enumerate(replicas)]
     # First txn: 2 compares (controller, topic) and 1 + k puts.
     first = states[:MAX_TXN_OPS - 1]
@@ -176,7 +291,8 @@ def create_partitions_txns(image: ClusterImage, name: str, new_total: int, start
     grown = TopicAssignment(name, topic.topic_id, topic.internal, topic.replicas + placed)
     guard = Compare(controller_key(image.cluster), "create", "==", controller_epoch)
     states = [(partition_key(image.cluster, name, old + i),
-               PartitionState(leader=r[0], leader_epoch=0, isr=r, partition_epoch=0))
+               PartitionState(leader=r[0], leader_epoch=0, isr=r, partition_epoch=0,
+                              isr_storage=_registered(r, image.brokers)))
               for i, r in enumerate(placed)]
     # Compares: the controller and each new key; puts: the topic and those keys.
     first, rest = states[:PARTITIONS_PER_TXN], states[PARTITIONS_PER_TXN:]

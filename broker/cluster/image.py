@@ -73,6 +73,9 @@ class ClusterImage:
     """The etcd revision the image reflects: events at or below it are already in."""
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     """The live brokers: a broker's key lives as long as its lease."""
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    """Each live broker's epoch: its key's create_revision, new at every registration
+    (Kafka's broker epoch, KIP-903). A follower's fetch must carry it."""
     controller: ControllerInfo | None = None
     controller_epoch: int = 0
     """The controller key's create_revision; 0 while there is no controller."""
@@ -80,6 +83,10 @@ class ClusterImage:
     partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
     partition_revisions: dict[TopicPartition, int] = field(default_factory=dict)
     """Each partition state's mod_revision, for the compare of the next write to it."""
+    malformed: tuple[str, ...] = ()
+    """Why each value the last read or batch held could not be decoded (one line per
+    key, naming it). Such a value is skipped, the key keeping what it had: one bad
+    write under the prefix must not stop every broker's image (the shell logs these)."""
 
     @classmethod
     def from_kvs(cls, cluster: str, kvs: Iterable[KeyValue], revision: int) -> ClusterImage:
@@ -112,22 +119,28 @@ class ClusterImage:
 
     def _decode(self, events: Sequence[WatchEvent]) -> list[_Pending]:
         pending: list[_Pending] = []
+        malformed: list[str] = []
         for event in events:
             parsed = parse_key(self.cluster, event.kv.key)
             if parsed is None:
                 continue
             value: BrokerInfo | ControllerInfo | TopicAssignment | PartitionState | None
-            if event.kind == "delete":
-                value = None
-            elif isinstance(parsed, BrokerKey):
-                value = decode_broker(event.kv.key, event.kv.value)
-            elif isinstance(parsed, ControllerKey):
-                value = decode_controller(event.kv.key, event.kv.value)
-            elif isinstance(parsed, TopicKey):
-                value = decode_topic(event.kv.key, parsed.name, event.kv.value)
-            else:
-                value = decode_partition(event.kv.key, event.kv.value)
+            try:
+                if event.kind == "delete":
+                    value = None
+                elif isinstance(parsed, BrokerKey):
+                    value = decode_broker(event.kv.key, event.kv.value)
+                elif isinstance(parsed, ControllerKey):
+                    value = decode_controller(event.kv.key, event.kv.value)
+                elif isinstance(parsed, TopicKey):
+                    value = decode_topic(event.kv.key, parsed.name, event.kv.value)
+                else:
+                    value = decode_partition(event.kv.key, event.kv.value)
+            except ValueError as exc:
+                malformed.append(str(exc))
+                continue
             pending.append(_Pending(event.kind, parsed, event.kv, value))
+        self.malformed = tuple(malformed)
         return pending
 
     def _apply(self, pending: Sequence[_Pending]) -> ImageChange:
@@ -143,8 +156,10 @@ class ClusterImage:
                 brokers.setdefault(key.node_id, self.brokers.get(key.node_id))
                 if isinstance(value, BrokerInfo):
                     self.brokers[key.node_id] = value
+                    self.broker_epochs[key.node_id] = p.kv.create_revision
                 else:
                     self.brokers.pop(key.node_id, None)
+                    self.broker_epochs.pop(key.node_id, None)
             elif isinstance(key, ControllerKey):
                 if isinstance(value, ControllerInfo):
                     self.controller, self.controller_epoch = value, p.kv.create_revision

@@ -5,6 +5,7 @@ readable (docs/design/cluster.md, "What etcd holds")."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +136,10 @@ class BrokerInfo:
     addresses of the listener it came in on (Kafka's rule); empty: an older
     registration, which serves PLAINTEXT at ``host:port`` only. Kept in name order,
     as etcd's JSON holds them, so a registration equals itself read back."""
+    storage_id: str | None = None
+    """The identity of the data dir this broker runs on (``broker.storage.storage_id``):
+    a new one means its logs are not the ones the ISR recorded. None: a broker from
+    before storage identities (unknown, trusted as before)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "endpoints",
@@ -176,10 +181,50 @@ NO_LEADER = -1
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     leader: int
-    """``NO_LEADER`` (-1) when no ISR replica is alive."""
+    """``NO_LEADER`` (-1) when no eligible ISR replica is alive."""
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int
+    isr_storage: tuple[str | None, ...] = ()
+    """Per ISR member, in ``isr``'s order, the storage id its log had when the entry
+    was written (KIP-858's directory ids): a member that registers with another one
+    has lost that log and is never elected from this entry. None: unknown (a value
+    from before storage identities, trusted as before); empty: all unknown."""
+
+    def __post_init__(self) -> None:
+        if self.isr_storage and len(self.isr_storage) != len(self.isr):
+            raise ValueError(f"isr_storage {list(self.isr_storage)} does not match the "
+                             f"ISR {list(self.isr)}")
+        if all(s is None for s in self.isr_storage):
+            object.__setattr__(self, "isr_storage", ())
+
+    def storage_of(self, node_id: int) -> str | None:
+        """The storage id the ISR recorded for ``node_id``; None: unknown or not in it."""
+        if not self.isr_storage or node_id not in self.isr:
+            return None
+        return self.isr_storage[self.isr.index(node_id)]
+
+    def storage_for(self, isr: Iterable[int], brokers: Mapping[int, BrokerInfo],
+                    ) -> tuple[str | None, ...]:
+        """The storage ids an ISR of ``isr`` records: a member's recorded id where this
+        state has one (a member that lost its log stays marked so), else the id its
+        live registration carries (a member joining, or one recorded before storage
+        identities)."""
+        out: list[str | None] = []
+        for node in isr:
+            recorded = self.storage_of(node)
+            info = brokers.get(node)
+            out.append(recorded if recorded is not None
+                       else None if info is None else info.storage_id)
+        return tuple(out)
+
+    def lost_storage(self, node_id: int, brokers: Mapping[int, BrokerInfo]) -> bool:
+        """``node_id`` is in the ISR and live with another storage id than the ISR
+        recorded: its log is gone (a wiped or replaced data dir)."""
+        recorded = self.storage_of(node_id)
+        info = brokers.get(node_id)
+        return (recorded is not None and info is not None and info.storage_id is not None
+                and info.storage_id != recorded)
 
 
 def _dump(obj: dict[str, Any]) -> bytes:
@@ -191,6 +236,8 @@ def encode_broker(info: BrokerInfo) -> bytes:
                            "rack": info.rack, "incarnation": info.incarnation}
     if info.endpoints:
         obj["endpoints"] = {e.listener: [e.host, e.port] for e in info.endpoints}
+    if info.storage_id is not None:
+        obj["storage_id"] = info.storage_id
     return _dump(obj)
 
 
@@ -205,8 +252,11 @@ def encode_topic(topic: TopicAssignment) -> bytes:
 
 
 def encode_partition(state: PartitionState) -> bytes:
-    return _dump({"leader": state.leader, "leader_epoch": state.leader_epoch,
-                  "isr": list(state.isr), "partition_epoch": state.partition_epoch})
+    obj: dict[str, Any] = {"leader": state.leader, "leader_epoch": state.leader_epoch,
+                           "isr": list(state.isr), "partition_epoch": state.partition_epoch}
+    if state.isr_storage:
+        obj["isr_storage"] = list(state.isr_storage)
+    return _dump(obj)
 
 
 class _Reader:
@@ -269,7 +319,7 @@ def decode_broker(key: str, value: bytes) -> BrokerInfo:
     r = _Reader(key, value)
     return BrokerInfo(node_id=r.integer("node_id"), host=r.string("host"), port=r.integer("port"),
                       rack=r.opt_str("rack"), incarnation=r.string("incarnation"),
-                      endpoints=_endpoints(r))
+                      endpoints=_endpoints(r), storage_id=r.opt_str("storage_id"))
 
 
 def _endpoints(r: _Reader) -> tuple[Endpoint, ...]:
@@ -305,5 +355,16 @@ def decode_topic(key: str, name: str, value: bytes) -> TopicAssignment:
 
 def decode_partition(key: str, value: bytes) -> PartitionState:
     r = _Reader(key, value)
+    isr = r.ints("isr")
+    # Optional: a value from before storage identities has none (all unknown).
+    storage = r.obj.get("isr_storage")
+    if storage is None:
+        storage = []
+    if not isinstance(storage, list) or any(
+            s is not None and not isinstance(s, str) for s in storage):
+        raise r.error(f"'isr_storage' is not a list of strings or nulls: {storage!r}")
+    if storage and len(storage) != len(isr):
+        raise r.error(f"'isr_storage' {storage!r} does not match 'isr' {list(isr)!r}")
     return PartitionState(leader=r.integer("leader"), leader_epoch=r.integer("leader_epoch"),
-                          isr=r.ints("isr"), partition_epoch=r.integer("partition_epoch"))
+                          isr=isr, partition_epoch=r.integer("partition_epoch"),
+                          isr_storage=tuple(storage))

@@ -10,7 +10,6 @@ from groupwire.broker.coordinator.coordinator import Coordinator
 from groupwire.broker.coordinator.events import GroupEvent
 from groupwire.broker.coordinator.heartbeat import Renewal
 from groupwire.broker.coordinator.outputs import (
-    ANONYMOUS,
     EMPTY_RESULT,
     FetchCheck,
     Reply,
@@ -31,6 +30,7 @@ from groupwire.broker.coordinator.records import (
 from groupwire.broker.coordinator.state import GroupState
 from groupwire.broker.coordinator.timers import CancelTimer, SetTimer, TimerKey, TimerOp, TimerQueue
 from groupwire.broker.coordinator.view import CoreView
+from groupwire.protocol.security import ANONYMOUS
 
 __all__ = [
     "ANONYMOUS",

@@ -46,7 +46,7 @@ def describe_steps(engine: Engine, req: DescribeGroupsRequest,
             work += 1
             continue
         group = known.get(gid)
-        groups.append(describe_group(group, gid))
+        groups.append(describe_group(group, gid, engine.wall_offset_ms))
         work += 1 if group is None else 1 + len(group.members)
         if work >= STEP_WORK:
             work = 0
@@ -54,7 +54,10 @@ def describe_steps(engine: Engine, req: DescribeGroupsRequest,
     return DescribeGroupsResponse(groups=groups)
 
 
-def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
+def describe_group(group: Group | None, group_id: str,
+                   wall_offset_ms: int = 0) -> DescribedGroup:
+    """The group as DescribeGroups shows it: its times (monotonic, kept for durations)
+    moved onto the wall clock by ``wall_offset_ms`` (``Engine.wall_offset_ms``)."""
     if group is None:
         return DescribedGroup(group_id=group_id, group_state=DEAD.value)
     stable = group.row.describe_groups.shows_protocol
@@ -65,7 +68,9 @@ def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
             # metadata only in Stable; the assignment in every state (Kafka)
             member_metadata=m.metadata_for(group.protocol_name) if stable else b"",
             member_assignment=m.assignment,
-            last_heartbeat_ms=m.last_heartbeat_ms, poll_age_ms=m.poll_age_ms)
+            last_heartbeat_ms=(None if m.last_heartbeat_ms is None
+                               else m.last_heartbeat_ms + wall_offset_ms),
+            poll_age_ms=m.poll_age_ms)
         for m in group.members.values()
     ]
     return DescribedGroup(
@@ -73,7 +78,7 @@ def describe_group(group: Group | None, group_id: str) -> DescribedGroup:
         protocol_type=group.protocol_type or "",
         protocol_data=(group.protocol_name or "") if stable else "",
         generation_id=group.generation_id, leader_id=group.leader_id, members=members,
-        rebalances=group.history.to_messages())
+        rebalances=group.history.to_messages(wall_offset_ms))
 
 
 def handle_list(engine: Engine, ctx: RequestContext, req: ListGroupsRequest) -> None:

@@ -1,7 +1,8 @@
 """The coordinator the broker shell drives: requests, timer expiries and closed
 connections in, :class:`Result` out; plus :meth:`Coordinator.renew`, the heartbeat fast
-path, whose :class:`Renewal` lists its changes. Time is always an argument; nothing here
-does I/O."""
+path, whose :class:`Renewal` lists its changes. Time is always an argument (a monotonic
+``now_ms``; the wall clock's offset from it by :meth:`Coordinator.set_wall_clock`);
+nothing here does I/O."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from groupwire.broker.coordinator.offsets_api import (
     offset_fetch_steps,
     revert_commit,
 )
-from groupwire.broker.coordinator.outputs import ANONYMOUS, FetchCheck, RequestContext, Result
+from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from groupwire.broker.coordinator.ownership import NOT_YOURS, may_use, member_message
 from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
 from groupwire.broker.coordinator.state import DEAD, GroupState
@@ -65,6 +66,7 @@ from groupwire.protocol.messages import (
     Response,
     SyncGroupRequest,
 )
+from groupwire.protocol.security import ANONYMOUS
 from groupwire.protocol.steps import Steps
 
 _NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
@@ -113,6 +115,15 @@ class Coordinator:
         CPython call into ``renew`` without a new C-level frame)."""
 
     # --- inputs ---------------------------------------------------------------------
+    # ``now_ms`` is always the monotonic clock's: deadlines and durations count on it.
+
+    def set_wall_clock(self, wall_ms: int, now_ms: int) -> None:
+        """The wall clock read ``wall_ms`` when the monotonic one read ``now_ms``: what
+        timestamps users read (events, records, DescribeGroups) are put on from now on,
+        and what persisted times are re-based from when loaded. The shell tells it
+        before each input; a wall clock step then moves those timestamps and no
+        deadline. Never called (simulations): both clocks are one."""
+        self._engine.wall_offset_ms = wall_ms - now_ms
 
     def handle(self, ctx: RequestContext, request: Request, now_ms: int) -> Result:
         """One group API request. Its reply may be absent (parked) and come later."""

@@ -3,7 +3,10 @@ phase, propagate assignments, remove members) over groups, parked requests and t
 
 The per-API handlers (join.py, sync.py, ...) and the timer handlers (expiry.py) call these
 steps; everything they decide lands in ``self.out``. Nothing here reads a clock: ``now_ms``
-is always an argument.
+is always an argument, read from a monotonic clock (every deadline and duration is counted
+on it, so a step of the wall clock expires nothing early and stalls nothing). Timestamps
+users read (events, records, DescribeGroups) are that time moved onto the wall clock by
+``wall_offset_ms``, which the shell keeps up to date (``Coordinator.set_wall_clock``).
 """
 
 from __future__ import annotations
@@ -82,6 +85,15 @@ class Engine:
         as in single-broker mode, where nothing is checked."""
         self.offsets_partitions: int | None = None
         """``__consumer_offsets``' partition count, for loading and unloading by partition."""
+        self.wall_offset_ms = 0
+        """Wall clock minus monotonic clock, as the shell last read them: a monotonic time
+        plus this is a wall time (what events, records and DescribeGroups show); a
+        persisted wall time minus this is a monotonic one (what a load counts from).
+        0 where one clock serves both (simulations)."""
+
+    def wall_ms(self, mono_ms: int) -> int:
+        """A monotonic time as a timestamp a user reads (epoch milliseconds)."""
+        return mono_ms + self.wall_offset_ms
 
     # --- events and records ---------------------------------------------------------
 
@@ -95,7 +107,8 @@ class Engine:
             type=type_, group_id=group.group_id, generation_id=group.generation_id,
             member_id=member.member_id if member is not None else member_id,
             group_instance_id=member.group_instance_id if member is not None else None,
-            reason=reason, detail=detail, ts_ms=now_ms, duration_ms=duration_ms,
+            reason=reason, detail=detail, ts_ms=now_ms + self.wall_offset_ms,
+            duration_ms=duration_ms,
             partitions=partitions if partitions is not None else [],
             replaced_member_id=replaced_member_id))
 
@@ -106,7 +119,7 @@ class Engine:
                   partitions=group_partitions(member.owned or ()))
 
     def persist(self, group: Group) -> None:
-        self.out.records.append(group_record(group))
+        self.out.records.append(group_record(group, self.wall_offset_ms))
 
     # --- group life -----------------------------------------------------------------
 
@@ -405,7 +418,8 @@ class Engine:
         self.detach_all(group.group_id, old)
 
 
-def group_record(group: Group) -> GroupMetadataRecord:
+def group_record(group: Group, wall_offset_ms: int) -> GroupMetadataRecord:
+    """The group as persisted: its state time on the wall clock (``Engine.wall_offset_ms``)."""
     return GroupMetadataRecord(
         group_id=group.group_id,
         protocol_type=group.protocol_type,
@@ -413,7 +427,7 @@ def group_record(group: Group) -> GroupMetadataRecord:
         generation_id=group.generation_id,
         leader_id=group.leader_id,
         state=group.state.value,
-        state_ms=group.state_ms,
+        state_ms=group.state_ms + wall_offset_ms,
         members=tuple(
             MemberRecord(
                 member_id=m.member_id, group_instance_id=m.group_instance_id,
@@ -425,9 +439,10 @@ def group_record(group: Group) -> GroupMetadataRecord:
     )
 
 
-def new_group_record(group: Group) -> GroupMetadataRecord:
+def new_group_record(group: Group, wall_offset_ms: int) -> GroupMetadataRecord:
     """What Kafka writes when a JoinGroup creates a group: an empty generation-0 group."""
     return GroupMetadataRecord(
         group_id=group.group_id, protocol_type=group.protocol_type, protocol_name=None,
-        generation_id=0, leader_id=None, state=EMPTY.value, state_ms=group.state_ms,
+        generation_id=0, leader_id=None, state=EMPTY.value,
+        state_ms=group.state_ms + wall_offset_ms,
         members=())

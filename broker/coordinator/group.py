@@ -64,7 +64,7 @@ class Group:
         self.row = ROWS[EMPTY]
         # the join phase of a rebalance started from an INITIAL_DELAY_FROM state
         self.initial_rebalance = False
-        self.state_ms = now_ms
+        self.state_ms = now_ms  # monotonic (retention); persisted as wall time
         self.generation_id = 0
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None

@@ -51,10 +51,13 @@ class RebalanceEntry:
         self.trigger_member_id = cause.member_id
         self.owners_at_start = owners_at_start
 
-    def to_message(self) -> Rebalance:
+    def to_message(self, wall_offset_ms: int) -> Rebalance:
+        """As DescribeGroups shows it: its times (monotonic) moved onto the wall clock."""
+        completed = self.completed_ms
         return Rebalance(
             generation_id=self.generation_id, reason=self.reason, detail=self.detail,
-            started_ms=self.started_ms, completed_ms=self.completed_ms,
+            started_ms=self.started_ms + wall_offset_ms,
+            completed_ms=None if completed is None else completed + wall_offset_ms,
             duration_ms=self.duration_ms,
             moved_partitions=[(t, list(ps)) for t, ps in self.moved_partitions],
             trigger_member_id=self.trigger_member_id,
@@ -91,8 +94,8 @@ class RebalanceHistory:
     def entries(self) -> list[RebalanceEntry]:
         return list(self._entries)
 
-    def to_messages(self) -> list[Rebalance]:
-        return [e.to_message() for e in self._entries]
+    def to_messages(self, wall_offset_ms: int) -> list[Rebalance]:
+        return [e.to_message(wall_offset_ms) for e in self._entries]
 
 
 def moved_partitions(before: Owners, after: Owners) -> TopicPartitions:

@@ -66,7 +66,7 @@ def handle_join(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, now_
         _join_existing_member(engine, ctx, req, group, cell, now_ms)
     if created_at is not None:
         # Kafka writes the new (empty, generation 0) group before anything else
-        engine.out.records.insert(created_at, new_group_record(group))
+        engine.out.records.insert(created_at, new_group_record(group, engine.wall_offset_ms))
 
 
 def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str) -> None:

@@ -32,14 +32,16 @@ def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
 
 
 def replay(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
-    """Apply records in log order."""
+    """Apply records in log order. Their times are wall times: they come back on the
+    monotonic clock (``Engine.wall_offset_ms``), as retention counts on it."""
+    offset = engine.wall_offset_ms
     for record in records:
         if isinstance(record, OffsetCommitRecord):
             if record.group_id not in engine.groups:
                 engine.create_group(record.group_id, now_ms)  # a "simple" group
             engine.offsets.commit(record.group_id, (record.topic, record.partition),
                                   CommittedOffset(record.offset, record.metadata,
-                                                  record.commit_ms))
+                                                  record.commit_ms - offset))
         elif isinstance(record, OffsetDeleteRecord):
             engine.offsets.delete(record.group_id, (record.topic, record.partition))
         elif isinstance(record, GroupMetadataRecord):
@@ -59,7 +61,8 @@ def _settle(engine: Engine, group: Group) -> None:
 def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
     """A group with members comes back Stable, or CompletingRebalance if it was persisted
     at join completion (every member must then sync again); otherwise Empty."""
-    group = Group(record.group_id, record.state_ms, engine.config.history_size)
+    state_ms = record.state_ms - engine.wall_offset_ms  # onto the monotonic clock
+    group = Group(record.group_id, state_ms, engine.config.history_size)
     for m in record.members:
         member = Member(record.group_id, m.member_id, m.group_instance_id, m.client_id,
                         m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms,
@@ -78,7 +81,7 @@ def restore_group(engine: Engine, record: GroupMetadataRecord) -> Group:
         group.pending_sync.update(group.members)
     else:
         state = STABLE
-    group.restore(state, record.state_ms)
+    group.restore(state, state_ms)
     return group
 
 

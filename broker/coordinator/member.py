@@ -75,7 +75,7 @@ class Member:
         self.is_new = False
         self.session_key: TimerKey = session_key(group_id, member_id)
         self.session_deadline: int | None = None
-        self.last_heartbeat_ms: int | None = None
+        self.last_heartbeat_ms: int | None = None  # monotonic; DescribeGroups shows wall
         self.poll_age_ms: int | None = None
         self.last_conn = -1
         """The connection last attached (-1: none): the heartbeat path compares one int.

@@ -13,6 +13,9 @@ from groupwire.broker.coordinator.transitions import Expire, Retain
 
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
+    """``commit_ms`` is on the monotonic clock (retention counts from it); its record
+    keeps the wall time, re-based onto the monotonic clock when loaded."""
+
     offset: int
     metadata: str
     commit_ms: int

@@ -63,6 +63,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
     max_metadata = engine.config.offset_metadata_max_bytes
     short_metadata = max_metadata // 4  # see _refusal
     records = engine.out.records
+    commit_wall_ms = engine.wall_ms(now_ms)  # what the record keeps; memory keeps now_ms
     refused_all: list[TP] = []
     topics: list[OffsetCommitResponseTopic] = []
     for topic in req.topics:
@@ -88,7 +89,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
                 offset = p.committed_offset
                 committed[(name, index)] = CommittedOffset(offset, metadata, now_ms)
                 records.append(OffsetCommitRecord(group_id, name, index, offset, metadata,
-                                                  now_ms))
+                                                  commit_wall_ms))
             answers.append(OffsetCommitResponsePartition(partition_index=index, error_code=error))
         topics.append(OffsetCommitResponseTopic(name=name, partitions=answers))
     if refused_all and member is not None:
@@ -219,6 +220,7 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
     max_metadata = engine.config.offset_metadata_max_bytes
     short_metadata = max_metadata // 4
     kv = OffsetRecordEncoder().kv
+    commit_wall_ms = engine.wall_ms(now_ms)  # what the records keep; memory keeps now_ms
     tps: list[TP] = []
     entries: list[CommittedOffset] = []
     records: list[tuple[bytes, bytes]] = []
@@ -243,7 +245,8 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
                 offset = p.committed_offset
                 tps.append((name, index))
                 entries.append(CommittedOffset(offset, metadata, now_ms))
-                records.append(kv(group_id, name, index, offset, metadata, now_ms))
+                records.append(kv(group_id, name, index, offset, metadata,
+                                  commit_wall_ms))
             answers.append(OffsetCommitResponsePartition(partition_index=index, error_code=error))
         topics.append(OffsetCommitResponseTopic(name=name, partitions=answers))
     return PreparedCommit(group_id, records, ctx, req, now_ms, timers, group, member, seen,

@@ -13,8 +13,9 @@ import sys
 from typing import Final
 
 from groupwire.broker.coordinator.member import Member
-from groupwire.broker.coordinator.outputs import ANONYMOUS, RequestContext
+from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.security import ANONYMOUS
 
 UNOWNED: Final = ""
 NOT_YOURS: Final = ErrorCode.GROUP_AUTHORIZATION_FAILED

@@ -1,6 +1,14 @@
-"""A small etcd v3 client over its JSON gateway (HTTP/1.1 on asyncio streams), so the
-broker needs no gRPC stack: a few kept-alive connections for requests, one streaming
-connection per watch, failover to the next endpoint when one stops answering.
+"""A small etcd v3 client over its JSON gateway (HTTP/1.1 on asyncio streams, framed by
+h11), so the broker needs no gRPC stack: a few kept-alive connections for requests, one
+streaming connection per watch, failover to the next endpoint when one stops answering.
+
+A watch never waits forever (docs/design/cluster.md, "Liveness and fencing"): it asks
+for etcd's progress notifications, and a stream that brings nothing for
+``watch_timeout_s`` is checked with one read-only txn (has any key under the prefix
+changed, or gone, since the last revision delivered?). Caught up: the watch yields an
+empty batch, which tells its reader the image is current as of now. Behind, or the
+check fails: the stream is treated as dead (a half-open connection, a stalled gateway)
+and the watch resumes from its last revision on the next endpoint.
 
 ``https://`` endpoints speak TLS: the server's certificate is checked (against the CA
 file given, else the system's) with its host name, and with a client certificate the
@@ -17,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import h11
+
 from groupwire.broker.cluster.txn import (
     Compare,
     KeyValue,
@@ -32,10 +42,17 @@ from groupwire.broker.etcd.store import (
     WatchCompactedError,
     prefix_end,
 )
+from groupwire.broker.logs import get_logger
+
+log = get_logger("groupwire.etcd")
 
 MAX_IDLE: Final = 4
 """Kept-alive connections per client: the shells issue few requests at a time."""
 LEASE_NOT_FOUND: Final = 5
+READ_SIZE: Final = 65536
+DEFAULT_WATCH_TIMEOUT_S: Final = 3.0
+"""How long a watch stream may bring nothing before it is checked (the broker passes
+half its lease TTL)."""
 
 _TARGETS: Final = {"create": ("CREATE", "create_revision"), "mod": ("MOD", "mod_revision"),
                    "version": ("VERSION", "version"), "lease": ("LEASE", "lease")}
@@ -46,6 +63,10 @@ Json = dict[str, Any]
 
 class _BrokenConnection(Exception):
     """The endpoint went away or spoke something that is not HTTP."""
+
+
+class _StalledWatch(Exception):
+    """The watch stream brought nothing in time and etcd has changes it did not bring."""
 
 
 class EtcdTlsError(ValueError):
@@ -96,11 +117,15 @@ class _Endpoint:
 
 
 class _Connection:
+    """One HTTP/1.1 connection: h11 frames the requests and responses, this class only
+    moves bytes between it and the socket."""
+
     def __init__(self, endpoint: _Endpoint, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.endpoint = endpoint
         self.reader = reader
         self.writer = writer
+        self.http = h11.Connection(our_role=h11.CLIENT)
 
     @classmethod
     async def open(cls, endpoint: _Endpoint, tls: ssl.SSLContext | None) -> _Connection:
@@ -115,41 +140,57 @@ class _Connection:
         self.writer.close()
 
     async def send(self, path: str, body: bytes) -> None:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.endpoint}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-        self.writer.write(head.encode() + body)
+        try:
+            data = self.http.send(h11.Request(
+                method="POST", target=path,
+                headers=[("Host", str(self.endpoint)), ("Content-Type", "application/json"),
+                         ("Content-Length", str(len(body)))]))
+            data += self.http.send(h11.Data(data=body)) or b""
+            data += self.http.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError as exc:
+            raise _BrokenConnection(f"cannot send on this connection: {exc}") from exc
+        self.writer.write(data or b"")
         await self.writer.drain()
 
-    async def read_head(self) -> tuple[int, dict[str, str]]:
-        status_line = await self.reader.readline()
-        if not status_line:
-            raise _BrokenConnection("connection closed before a response")
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise _BrokenConnection(f"not an HTTP response: {status_line[:80]!r}")
-        headers: dict[str, str] = {}
-        while (line := await self.reader.readline()) not in (b"\r\n", b"\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        return int(parts[1]), headers
-
-    async def read_body(self, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            return b"".join([chunk async for chunk in self.chunks()])
-        return await self.reader.readexactly(int(headers.get("content-length", "0")))
-
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def next_event(self) -> h11.Response | h11.Data | h11.EndOfMessage:
+        """The next piece of the response; reading from the socket only when h11 needs
+        more (cancelling the wait loses nothing: no byte was taken yet)."""
         while True:
-            size_line = await self.reader.readline()
-            if not size_line:
-                raise _BrokenConnection("connection closed inside a chunked response")
-            size = int(size_line.split(b";")[0], 16)
-            if size == 0:
-                await self.reader.readline()  # no trailers from the gateway
-                return
-            chunk = await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
-            yield chunk
+            try:
+                event = self.http.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise _BrokenConnection(f"not a valid HTTP response: {exc}") from exc
+            if event is h11.NEED_DATA:
+                self.http.receive_data(await self.reader.read(READ_SIZE))  # b"": EOF
+                continue
+            if isinstance(event, (h11.Response, h11.Data, h11.EndOfMessage)):
+                return event
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            raise _BrokenConnection("connection closed before the response ended")
+
+    async def read_head(self) -> int:
+        """The response's status (h11 keeps the headers it needs for the framing)."""
+        event = await self.next_event()
+        if not isinstance(event, h11.Response):
+            raise _BrokenConnection(f"expected a response head, got {type(event).__name__}")
+        return event.status_code
+
+    async def read_body(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            event = await self.next_event()
+            if isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            if isinstance(event, h11.Data):
+                parts.append(bytes(event.data))
+
+    def reusable(self) -> bool:
+        """Ready for the next request (both sides done, neither asked to close)."""
+        if self.http.our_state is h11.DONE and self.http.their_state is h11.DONE:
+            self.http.start_next_cycle()
+            return True
+        return False
 
 
 def _b64(raw: bytes) -> str:
@@ -209,9 +250,12 @@ class EtcdClient:
     re-read can tell."""
 
     def __init__(self, endpoints: list[str], *, timeout_s: float = 5.0,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None,
+                 watch_timeout_s: float = DEFAULT_WATCH_TIMEOUT_S) -> None:
         """``tls``: the context for ``https://`` endpoints (:func:`tls_context`); without
-        one they check the server against the system's CAs and send no certificate."""
+        one they check the server against the system's CAs and send no certificate.
+        ``watch_timeout_s``: how long a watch stream may bring nothing before it is
+        checked against a read (see the module docstring)."""
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = [_Endpoint.parse(text) for text in endpoints]
@@ -219,6 +263,7 @@ class EtcdClient:
             else tls_context()
         self._current = 0
         self._timeout_s = timeout_s
+        self._watch_timeout_s = watch_timeout_s
         self._idle: list[_Connection] = []
         self._streams: set[_Connection] = set()
         self._closed = False
@@ -264,33 +309,94 @@ class EtcdClient:
         await self._call("/v3/kv/compaction", {"revision": str(revision)}, idempotent=True)
 
     async def watch(self, prefix: str, start_revision: int) -> AsyncIterator[list[WatchEvent]]:
+        """Batches of events; an empty batch when etcd confirms the watch is current (a
+        progress notification, or a check after ``watch_timeout_s`` of silence)."""
         following = start_revision
         while True:
             conn = await self._open_stream(prefix, following)
+            buffer = b""
             try:
-                async for reply in self._replies(conn):
-                    if "error" in reply:
-                        error = reply["error"]
-                        raise EtcdError(str(error.get("message")), int(error.get("code", 0)))
-                    result: Json = reply.get("result", {})
-                    if int(result.get("compact_revision", 0)):
-                        raise WatchCompactedError(int(result["compact_revision"]))
-                    if result.get("canceled"):
-                        raise EtcdError(f"watch canceled: {result.get('cancel_reason', '')}")
-                    if result.get("created") and following == 0:
-                        following = int(result["header"]["revision"]) + 1
-                    events = [self._event(obj) for obj in result.get("events", [])]
-                    if events:
-                        following = events[-1].kv.mod_revision + 1
-                        yield events
-            except (OSError, asyncio.IncompleteReadError, _BrokenConnection):
-                pass  # resumed below from the revision after the last one delivered
+                while True:
+                    try:
+                        async with asyncio.timeout(self._watch_timeout_s):
+                            event = await conn.next_event()
+                    except TimeoutError:
+                        if await self._caught_up(prefix, following):
+                            yield []
+                            continue
+                        raise _StalledWatch(
+                            f"nothing for {self._watch_timeout_s} s while etcd has changes "
+                            f"under {prefix!r} from revision {following}") from None
+                    if isinstance(event, h11.EndOfMessage):
+                        raise _BrokenConnection("watch stream ended")
+                    if not isinstance(event, h11.Data):
+                        continue
+                    buffer += bytes(event.data)
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        result = self._watch_result(json.loads(line))
+                        if result.get("created") and following == 0:
+                            following = int(result["header"]["revision"]) + 1
+                        events = [self._event(obj) for obj in result.get("events", [])]
+                        if events:
+                            following = events[-1].kv.mod_revision + 1
+                            yield events
+                        elif not result.get("created") and following > 0:
+                            # A progress notification: everything up to its header
+                            # revision has been sent.
+                            following = max(following, int(result["header"]["revision"]) + 1)
+                            yield []
+            except (OSError, ValueError, _BrokenConnection, _StalledWatch) as exc:
+                if not self._closed:
+                    log.warning("etcd_watch_lost", endpoint=str(conn.endpoint), prefix=prefix,
+                                resume_from=following, error=f"{type(exc).__name__}: {exc}",
+                                next=str(self._next_endpoint(conn.endpoint)))
             finally:
                 self._streams.discard(conn)
                 conn.close()
             if self._closed:
                 return
             self._failover(conn.endpoint)
+
+    @staticmethod
+    def _watch_result(reply: Json) -> Json:
+        if "error" in reply:
+            error = reply["error"]
+            raise EtcdError(str(error.get("message")), int(error.get("code", 0)))
+        result: Json = reply.get("result", {})
+        if int(result.get("compact_revision", 0)):
+            raise WatchCompactedError(int(result["compact_revision"]))
+        if result.get("canceled"):
+            raise EtcdError(f"watch canceled: {result.get('cancel_reason', '')}")
+        return result
+
+    async def _caught_up(self, prefix: str, following: int) -> bool:
+        """Whether nothing under ``prefix`` changed from revision ``following`` on: no
+        key has a newer mod_revision, and as many keys exist as did before it (a delete
+        alone leaves no key to see, but makes the count drop). One read-only txn, so
+        both reads are at the same revision; False if etcd cannot say."""
+        if following <= 0:
+            return False
+        keys = _range(prefix)
+        reads: list[Json] = [
+            {"request_range": {**keys, "keys_only": True, "limit": "1",
+                               "min_mod_revision": str(following)}},
+            {"request_range": {**keys, "count_only": True}}]
+        if following > 1:
+            reads.append({"request_range": {**keys, "count_only": True,
+                                            "revision": str(following - 1)}})
+        try:
+            reply = await self._call("/v3/kv/txn", {"success": reads}, idempotent=True)
+        except EtcdError as exc:
+            log.warning("etcd_watch_check_failed", prefix=prefix, error=str(exc))
+            return False
+        answers = [r.get("response_range", {}) for r in reply.get("responses", [])]
+        if len(answers) != len(reads) or answers[0].get("kvs"):
+            return False
+        before = int(answers[2].get("count", 0)) if following > 1 else 0
+        return int(answers[1].get("count", 0)) == before
 
     async def close(self) -> None:
         self._closed = True
@@ -304,21 +410,9 @@ class EtcdClient:
     def _event(obj: Json) -> WatchEvent:
         return WatchEvent("delete" if obj.get("type") == "DELETE" else "put", _kv(obj["kv"]))
 
-    async def _replies(self, conn: _Connection) -> AsyncIterator[Json]:
-        """The watch stream's JSON objects, one per line, however the chunks split them."""
-        buffer = b""
-        async for chunk in conn.chunks():
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield json.loads(line)
-        if self._closed:
-            return
-        raise _BrokenConnection("watch stream ended")
-
     async def _open_stream(self, prefix: str, start_revision: int) -> _Connection:
-        payload = {"create_request": {**_range(prefix), "start_revision": str(start_revision)}}
+        payload = {"create_request": {**_range(prefix), "start_revision": str(start_revision),
+                                      "progress_notify": True}}
         body = json.dumps(payload).encode()
         failures: list[str] = []
         for _ in self._endpoints:
@@ -328,13 +422,13 @@ class EtcdClient:
                     conn = await _Connection.open(endpoint, self._tls)
                     try:
                         await conn.send("/v3/watch", body)
-                        status, headers = await conn.read_head()
+                        status = await conn.read_head()
                         if status != 200:
-                            raise _error(status, await conn.read_body(headers))
+                            raise _error(status, await conn.read_body())
                     except BaseException:
                         conn.close()
                         raise
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, _BrokenConnection) as exc:
+            except (OSError, TimeoutError, _BrokenConnection) as exc:
                 failures.append(f"{endpoint}: {exc!r}")
                 self._failover(endpoint)
                 continue
@@ -344,6 +438,10 @@ class EtcdClient:
             self._streams.add(conn)
             return conn
         raise EtcdUnavailableError(f"no etcd endpoint answered: {'; '.join(failures)}")
+
+    def _next_endpoint(self, failed: _Endpoint) -> _Endpoint:
+        i = self._endpoints.index(failed) if failed in self._endpoints else self._current
+        return self._endpoints[(i + 1) % len(self._endpoints)]
 
     def _failover(self, failed: _Endpoint) -> None:
         """Move on from ``failed`` (unless another caller already did) and drop the
@@ -371,10 +469,10 @@ class EtcdClient:
                         conn = await _Connection.open(endpoint, self._tls)
                     await conn.send(path, body)
                     sent = True
-                    status, headers = await conn.read_head()
+                    status = await conn.read_head()
                     answered = True
-                    data = await conn.read_body(headers)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, _BrokenConnection) as exc:
+                    data = await conn.read_body()
+            except (OSError, TimeoutError, _BrokenConnection) as exc:
                 if conn is not None:
                     conn.close()
                 stale = reused and not answered and not isinstance(exc, TimeoutError)
@@ -389,8 +487,7 @@ class EtcdClient:
                 if conn is not None:
                     conn.close()  # cancelled mid-request: the connection is in an unknown state
                 raise
-            if headers.get("connection", "").lower() != "close" and len(self._idle) < MAX_IDLE \
-                    and not self._closed:
+            if conn.reusable() and len(self._idle) < MAX_IDLE and not self._closed:
                 self._idle.append(conn)
             else:
                 conn.close()

@@ -40,8 +40,13 @@ class MemoryStore:
     passed, each expiry one revision deleting the lease's keys, as etcd revokes them.
     """
 
-    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None, *,
+                 progress_interval_s: float | None = 0.2) -> None:
+        """``progress_interval_s``: an idle watch yields an empty batch this often, as
+        etcd's progress notifications (and the client's check of a silent stream) do,
+        so a watcher's image counts as current; None: never."""
         self._clock = clock
+        self._progress_s = progress_interval_s
         self._now = 0.0
         self._revision = 1  # a fresh etcd is at 1; its first write makes 2
         self._kvs: dict[str, KeyValue] = {}
@@ -211,7 +216,11 @@ class MemoryStore:
                     yield matching
             if self._closed:
                 return
-            await changed.wait()
+            try:
+                async with asyncio.timeout(self._progress_s):
+                    await changed.wait()
+            except TimeoutError:
+                yield []  # a progress notification: everything so far was delivered
 
     async def close(self) -> None:
         self._closed = True

@@ -72,6 +72,10 @@ CONTROLLER_WAIT_S: Final = 30.0
 """Longest a CreateTopics, CreatePartitions or DeleteTopics waits for etcd to take the
 change and for the watch to bring it back (REQUEST_TIMED_OUT after it)."""
 
+PREFERRED: Final = 0
+UNCLEAN: Final = 1
+"""ElectLeaders' ``election_type`` values (Kafka's ElectionType)."""
+
 METADATA_STEP: Final = 1000
 """Partitions described in one step of a Metadata answer (~1 ms)."""
 
@@ -316,15 +320,16 @@ class ClusterApis:
         return DeleteTopicsResponse(responses=results)
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
-        """Preferred elections by the controller (NOT_CONTROLLER, for the whole request,
-        from any other broker), answered once the image shows each new leader or
-        ``timeout_ms`` has passed."""
-        if request.election_type != 0:
+        """Preferred (``election_type`` 0) or unclean (1: an operator's explicit
+        choice of data loss) elections by the controller (NOT_CONTROLLER, for the whole
+        request, from any other broker), answered once the image shows each new leader
+        or ``timeout_ms`` has passed."""
+        if request.election_type not in (PREFERRED, UNCLEAN):
             return ElectLeadersResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"election_type: only 0 (preferred) is supported, got "
-                              f"{request.election_type}: leaders are never elected "
-                              f"outside the ISR")
+                error_message=f"election_type: 0 (preferred) or 1 (unclean), got "
+                              f"{request.election_type}")
+        unclean = request.election_type == UNCLEAN
         controller = self._node.controller
         if controller is None or not controller.is_controller:
             return ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER,
@@ -332,8 +337,8 @@ class ClusterApis:
         named = (None if request.topic_partitions is None
                  else {(t.topic, p) for t in request.topic_partitions for p in t.partitions})
         try:
-            outcome = await controller.elect_preferred_leaders(
-                named, timeout_s=max(request.timeout_ms, 0) / 1000)
+            outcome = await controller.elect_leaders(
+                named, unclean=unclean, timeout_s=max(request.timeout_ms, 0) / 1000)
         except NotControllerError as exc:
             return ElectLeadersResponse(error_code=ErrorCode.NOT_CONTROLLER,
                                         error_message=str(exc))
@@ -345,13 +350,20 @@ class ClusterApis:
                  if request.topic_partitions is not None
                  else [(name, sorted(p for t, p in outcome if t == name))
                        for name in sorted({t for t, _ in outcome})])
-        elected = [tp for tp, code in outcome.items() if code == ErrorCode.NONE]
-        if elected:
+        elected = sorted(tp for tp, code in outcome.items() if code == ErrorCode.NONE)
+        if elected and unclean:
+            log.warning("unclean_leaders_elected",
+                        partitions=[f"{t}-{p}" for t, p in elected],
+                        leaders={f"{t}-{p}": image.partitions[(t, p)].leader
+                                 for t, p in elected if (t, p) in image.partitions},
+                        detail="acknowledged records the new leaders lack are lost")
+        elif elected:
             log.info("preferred_leaders_elected", partitions=len(elected))
+        message = _unclean_message if unclean else _election_message
         return ElectLeadersResponse(replica_election_results=[
             ReplicaElectionResult(topic=topic, partition_result=[
                 PartitionElectionResult(partition_id=p, error_code=outcome[(topic, p)],
-                                        error_message=_election_message(
+                                        error_message=message(
                                             image, (topic, p), outcome[(topic, p)]))
                 for p in partitions])
             for topic, partitions in order])
@@ -413,8 +425,32 @@ def _election_message(image: ClusterImage, tp: tuple[str, int], code: ErrorCode,
         return f"{topic}-{p} has no state yet"
     if preferred not in image.brokers:
         return f"{topic}-{p}: its preferred replica {preferred} is not live"
+    if state.lost_storage(preferred, image.brokers):
+        return (f"{topic}-{p}: its preferred replica {preferred} came back without the "
+                f"log its ISR entry recorded (a new storage id)")
     return (f"{topic}-{p}: its preferred replica {preferred} is not in the ISR "
             f"{list(state.isr)}")
+
+
+def _unclean_message(image: ClusterImage, tp: tuple[str, int], code: ErrorCode,
+                     ) -> str | None:
+    """Why a partition's unclean election came out as it did."""
+    topic, p = tp
+    state = image.partitions.get(tp)
+    if code == ErrorCode.NONE:
+        return None
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return f"unknown topic or partition {topic}-{p}"
+    if code == ErrorCode.REQUEST_TIMED_OUT:
+        return f"{topic}-{p}: the new leader was not in the metadata in time"
+    if state is None:
+        return f"{topic}-{p} has no state yet"
+    if code == ErrorCode.ELECTION_NOT_NEEDED:
+        if state.leader != NO_LEADER:
+            return f"{topic}-{p} is led by broker {state.leader}: nothing to lose data for"
+        return (f"{topic}-{p} has a live in-sync replica with its log: the controller "
+                f"elects it without losing data")
+    return f"{topic}-{p}: none of its replicas is live"
 
 
 async def _bounded(work: Awaitable[T]) -> T:

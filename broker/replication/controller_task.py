@@ -1,20 +1,31 @@
 """The controller shell: campaign for ``controller``, and while holding it run the
-core's decisions after every image change (docs/design/cluster.md, "The controller")."""
+core's decisions after every image change (docs/design/cluster.md, "The controller").
+
+The loop is a supervised service (``controller``). Its key is bound to the broker's
+lease, so a loop that died holding it would block every successor while the broker
+lives: a crash first resigns (deletes the key it created), and the restarted loop
+resigns whatever it still holds before it campaigns afresh."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import uuid
 from dataclasses import dataclass
 
 from groupwire.broker.cluster.controller import (
+    Offline,
     create_partitions_txns,
     create_topic_txns,
     decide,
     delete_topic_txn,
+    needs_unclean_election,
+    offline_partitions,
     preferred_leader_txns,
+    unclean_candidate,
+    unclean_leader_txns,
 )
 from groupwire.broker.cluster.image import ClusterImage, ImageChange, TopicPartition
 from groupwire.broker.cluster.keys import (
@@ -25,16 +36,19 @@ from groupwire.broker.cluster.keys import (
     topic_key,
 )
 from groupwire.broker.cluster.placement import InvalidReplicationFactor
-from groupwire.broker.cluster.txn import Compare, Put, Txn
+from groupwire.broker.cluster.txn import Compare, Delete, Put, Txn
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.membership import Membership
 from groupwire.broker.replication.metadata_watch import MetadataWatcher
+from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.errors import ErrorCode
 
 log = get_logger("groupwire.cluster")
 
 RETRY_S = 0.2
+RESIGN_TIMEOUT_S = 2.0
+"""How long a crashed controller tries to delete its key before the restart does."""
 
 
 class NotControllerError(Exception):
@@ -64,7 +78,8 @@ class InternalTopic:
 
 class ControllerTask:
     def __init__(self, store: MetadataStore, cluster: str, membership: Membership,
-                 watcher: MetadataWatcher, node_id: int) -> None:
+                 watcher: MetadataWatcher, node_id: int, *,
+                 supervisor: Supervisor | None = None) -> None:
         self.store = store
         self.cluster = cluster
         self.membership = membership
@@ -74,11 +89,15 @@ class ControllerTask:
         self._epoch = 0
         self._wake = asyncio.Event()
         self._elected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._service: Service | None = None
         self.elections = 0
         """Times this broker became the controller (metrics)."""
         self.internal_topics: list[InternalTopic] = []
         """Created by the controller when missing and the live brokers are enough."""
+        self.offline: dict[TopicPartition, Offline] = {}
+        """Partitions without a leader and why, as of the last decision (logged once
+        per change)."""
         watcher.listeners.append(self._on_change)
         membership.on_fenced.append(self._on_fence)
         membership.on_unfenced.append(self._wake.set)
@@ -99,15 +118,19 @@ class ControllerTask:
             await self._elected.wait()
         return self._epoch
 
+    @property
+    def service(self) -> Service | None:
+        return self._service
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"controller-{self.node_id}")
+        self._service = self._supervisor.spawn(f"controller-{self.node_id}", self._run,
+                                               kind="controller")
 
     async def close(self) -> None:
         self._epoch = 0
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
 
     def _on_change(self, change: ImageChange) -> None:
         self._wake.set()
@@ -120,6 +143,33 @@ class ControllerTask:
 
     async def _run(self) -> None:
         await self.watcher.ready
+        await self._resign()  # a restart: what the crashed loop held goes first
+        try:
+            await self._loop()
+        except Exception:
+            with contextlib.suppress(EtcdError, TimeoutError):
+                async with asyncio.timeout(RESIGN_TIMEOUT_S):
+                    await self._resign()
+            raise
+
+    async def _resign(self) -> None:
+        """Delete the controller key if this registration created it (the epoch it
+        knows, or one the image shows as its own), so another broker may win."""
+        held = self.watcher.image.controller
+        epoch = self._epoch or (
+            self.watcher.image.controller_epoch
+            if held is not None and held.node_id == self.node_id
+            and held.incarnation == self.membership.info.incarnation else 0)
+        self._epoch = 0
+        if not epoch:
+            return
+        deleted = await self.store.txn(Txn((Compare(self.key, "create", "==", epoch),),
+                                           (Delete(self.key),)))
+        if deleted.succeeded:
+            log.warning("controller_resigned", node_id=self.node_id, epoch=epoch,
+                        why="its loop failed; a broker campaigns afresh")
+
+    async def _loop(self) -> None:
         while True:
             self._wake.clear()
             try:
@@ -149,7 +199,30 @@ class ControllerTask:
         for txn in decide(self.watcher.image, self._epoch):
             if not (await self.store.txn(txn)).succeeded:
                 return  # the image was stale: decide again from the next one
+        self._report_offline(self.watcher.image)
         await self._create_internal_topics()
+
+    def _report_offline(self, image: ClusterImage) -> None:
+        """Log each partition that went offline, or changed why, and each that came back:
+        an operator must learn that a partition waits for a replica with its log."""
+        now = offline_partitions(image)
+        for tp, why in sorted(now.items()):
+            if self.offline.get(tp) == why:
+                continue
+            if why.reason == "isr_storage_lost":
+                log.error("partition_offline", topic=tp[0], partition=tp[1],
+                          reason=why.reason, lost_storage=list(why.lost_storage),
+                          dead=list(why.dead),
+                          detail="its live in-sync replicas came back without their logs "
+                                 "(a new storage id); it stays offline until a replica "
+                                 "with the data returns, or an operator accepts data loss "
+                                 "with `groupwire cluster elect-leaders --unclean`")
+            else:
+                log.warning("partition_offline", topic=tp[0], partition=tp[1],
+                            reason=why.reason, dead=list(why.dead))
+        for tp in sorted(set(self.offline) - set(now)):
+            log.info("partition_online", topic=tp[0], partition=tp[1])
+        self.offline = now
 
     async def _create_internal_topics(self) -> None:
         image = self.watcher.image
@@ -253,12 +326,26 @@ class ControllerTask:
                                       ) -> dict[TopicPartition, ErrorCode]:
         """Leadership back to each partition's first replica (ElectLeaders' path; None:
         every partition). NONE once the image shows it leading; ELECTION_NOT_NEEDED if
-        it already did, PREFERRED_LEADER_NOT_AVAILABLE if it is not live or not in the
-        ISR, UNKNOWN_TOPIC_OR_PARTITION; REQUEST_TIMED_OUT for those still waiting after
-        ``timeout_s``. A write that lost to a newer one is decided again from the image
-        the watch brings, as the controller's own decisions are.
+        it already did, PREFERRED_LEADER_NOT_AVAILABLE if it is not live, not in the
+        ISR or lost its log, UNKNOWN_TOPIC_OR_PARTITION; REQUEST_TIMED_OUT for those
+        still waiting after ``timeout_s``. A write that lost to a newer one is decided
+        again from the image the watch brings, as the controller's own decisions are.
 
         Raises NotControllerError off the controller, or when deposed meanwhile."""
+        return await self.elect_leaders(partitions, unclean=False, timeout_s=timeout_s)
+
+    async def elect_leaders(self, partitions: set[TopicPartition] | None, *,
+                            unclean: bool, timeout_s: float = 60.0,
+                            ) -> dict[TopicPartition, ErrorCode]:
+        """A preferred election (see :meth:`elect_preferred_leaders`), or with
+        ``unclean`` an unclean one: each partition without an eligible leader gets
+        any live replica as its leader, and the records it lacks are lost (the
+        operator's explicit choice). Unclean answers: NONE once the image shows a
+        leader; ELECTION_NOT_NEEDED if it has an eligible leader or the controller can
+        elect one by itself; ELIGIBLE_LEADERS_NOT_AVAILABLE if no replica is live;
+        UNKNOWN_TOPIC_OR_PARTITION; REQUEST_TIMED_OUT."""
+        outcome = unclean_election_outcome if unclean else preferred_election_outcome
+        txns_for = unclean_leader_txns if unclean else preferred_leader_txns
         self._require_epoch()
         image = self.watcher.image
         wanted = (set(partitions) if partitions is not None
@@ -267,7 +354,7 @@ class ControllerTask:
         results: dict[TopicPartition, ErrorCode] = {}
         pending: set[TopicPartition] = set()
         for tp in wanted:
-            code = preferred_election_outcome(image, tp)
+            code = outcome(image, tp)
             if code is None:
                 pending.add(tp)
             else:
@@ -275,7 +362,7 @@ class ControllerTask:
 
         def settle(image: ClusterImage) -> None:
             for tp in list(pending):
-                code = preferred_election_outcome(image, tp)
+                code = outcome(image, tp)
                 if code is not None:  # moved (by us, in an earlier pass) or not movable
                     results[tp] = (ErrorCode.NONE if code == ErrorCode.ELECTION_NOT_NEEDED
                                    else code)
@@ -287,9 +374,14 @@ class ControllerTask:
         while pending:
             epoch = self._require_epoch()
             image = self.watcher.image
-            for txn in preferred_leader_txns(image, epoch, pending):
+            for txn in txns_for(image, epoch, pending):
                 if not (await self.store.txn(txn)).succeeded:
                     break  # the image was stale: decide again from the next one
+                if unclean:
+                    log.warning("unclean_leaders_elected", node_id=self.node_id,
+                                partitions=len(txn.success),
+                                detail="an operator chose data loss: the new leaders' "
+                                       "logs may lack acknowledged records")
             try:
                 async with asyncio.timeout_at(deadline):
                     await self.watcher.until(functools.partial(_newer, image.revision))
@@ -318,6 +410,22 @@ def preferred_election_outcome(image: ClusterImage, tp: TopicPartition) -> Error
     preferred = replicas[0]
     if state.leader == preferred:
         return ErrorCode.ELECTION_NOT_NEEDED
-    if preferred not in image.brokers or preferred not in state.isr:
+    if preferred not in image.brokers or preferred not in state.isr \
+            or state.lost_storage(preferred, image.brokers):
         return ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    return None
+
+
+def unclean_election_outcome(image: ClusterImage, tp: TopicPartition) -> ErrorCode | None:
+    """What an unclean election of ``tp`` would answer from ``image``, or None if it
+    needs a write."""
+    topic = image.topics.get(tp[0])
+    if topic is None or not 0 <= tp[1] < len(topic.replicas):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if tp not in image.partitions:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    if not needs_unclean_election(image, tp):
+        return ErrorCode.ELECTION_NOT_NEEDED
+    if unclean_candidate(image, tp) is None:
+        return ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
     return None

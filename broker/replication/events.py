@@ -3,7 +3,10 @@ its leader only, while every coordinator has events to add. The coordinator's br
 appends them itself when it leads that partition, and otherwise forwards them, in order,
 to the leader as an internal Produce (acks=1). Events never delay a reply: the queue is
 bounded and, while no leader takes them, the oldest go first (counted and logged),
-as a crash may lose unwritten events in single-broker mode too (docs/protocol.md §9)."""
+as a crash may lose unwritten events in single-broker mode too (docs/protocol.md §9).
+
+The forwarding loop is a supervised service (``group-events-forwarder``): a crash is
+logged, counted and the loop started again on a new connection, the queue kept."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from groupwire.broker.cluster.image import ClusterImage
 from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.peer import PeerAuthError, PeerDialer, PeerError, PeerLink
 from groupwire.broker.storage.metadata import EVENTS_TOPIC
+from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -40,7 +44,8 @@ REQUEST_TIMEOUT_S = 5.0
 class EventForwarder:
     def __init__(self, node_id: int, image: Callable[[], ClusterImage],
                  leads: Callable[[], bool], append_here: Callable[[list[Event]], bool],
-                 dialer: PeerDialer | None = None) -> None:
+                 dialer: PeerDialer | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         """``leads``: this broker leads ``__group_events``-0 now; ``append_here``: append
         events to it locally (False if that failed)."""
         self.node_id = node_id
@@ -50,7 +55,8 @@ class EventForwarder:
         self._queue: deque[Event] = deque()
         self.dropped = 0
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._service: Service | None = None
         self._link = PeerLink(f"groupwire-broker-{node_id}", REQUEST_TIMEOUT_S, dialer)
 
     def submit(self, events: list[Event]) -> None:
@@ -66,17 +72,23 @@ class EventForwarder:
                         why="no leader of __group_events took them")
         self._wake.set()
 
+    @property
+    def service(self) -> Service | None:
+        return self._service
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"events-{self.node_id}")
+        self._service = self._supervisor.spawn(f"group-events-forwarder-{self.node_id}",
+                                               self._run, kind="group-events-forwarder")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
         await self._link.close()
 
     async def _run(self) -> None:
+        # A restart after a crash may follow a request left half-way: start afresh.
+        await self._link.close()
         while True:
             if not self._queue:
                 self._wake.clear()

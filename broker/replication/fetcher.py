@@ -1,6 +1,13 @@
 """The follower's side of replication: one fetcher per leader broker copies every
 partition this broker follows from it, after cutting each log back to where it first
-differs from the leader's (OffsetsForLeaderEpoch, KIP-101 and KIP-279)."""
+differs from the leader's (OffsetsForLeaderEpoch, KIP-101 and KIP-279).
+
+Each fetcher is a supervised service (``replica-fetcher``): a crash is logged, counted
+and the fetcher started again, truncating every partition afresh. A partition whose
+local log went away under it (its topic deleted here, maybe to be created again) is
+dropped from this fetcher alone; the replica manager follows it again once the image
+and the store agree. Every Fetch carries this broker's epoch (KIP-903): the leader
+counts a fetch for the ISR only from the follower's current registration."""
 
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from groupwire.broker.replication.peer import (
 )
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.partition_log import PartitionLog
+from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     FetchPartition,
@@ -36,6 +45,7 @@ from groupwire.protocol.messages import (
 log = get_logger("groupwire.cluster")
 
 BACKOFF_S = 0.1
+"""Pause after a failed round, so a leader that is gone is not hammered."""
 REFUSED_BACKOFF_S = 1.0
 """Pause after the leader refused this broker's principal (CLUSTER_AUTHORIZATION_FAILED):
 an ACL has to change first, so retrying ten times a second would only fill the log."""
@@ -43,7 +53,6 @@ an ACL has to change first, so retrying ten times a second would only fill the l
 
 class _NotAuthorized(PeerError):
     """The leader's authorizer refused this broker's replica requests."""
-"""Pause after a failed round, so a leader that is gone is not hammered."""
 MAX_TRUNCATION_ROUNDS = 16
 """OffsetsForLeaderEpoch round trips one partition may take (KIP-279's multi-round
 case needs one per epoch the two logs disagree on)."""
@@ -59,7 +68,11 @@ class ReplicaFetcher:
     def __init__(self, node_id: int, leader: BrokerInfo, store: TopicStore, *,
                  wait_max_ms: int, max_bytes: int, request_timeout_s: float,
                  on_appended: Callable[[TopicPartition], None],
-                 dialer: PeerDialer | None = None) -> None:
+                 dialer: PeerDialer | None = None,
+                 broker_epoch: Callable[[], int | None] = lambda: None,
+                 supervisor: Supervisor | None = None) -> None:
+        """``broker_epoch``: this broker's epoch, its registration's revision (None
+        while unknown), sent with every Fetch."""
         self.node_id = node_id
         self.leader = leader
         self.store = store
@@ -71,7 +84,9 @@ class ReplicaFetcher:
         self._link = PeerLink(f"replica-{node_id}", request_timeout_s, dialer)
         self._refusal_logged = False
         """CLUSTER_AUTHORIZATION_FAILED was logged (once, until a fetch is allowed)."""
-        self._task: asyncio.Task[None] | None = None
+        self._broker_epoch = broker_epoch
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._service: Service | None = None
         self._work = asyncio.Event()
 
     def follow(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -85,18 +100,27 @@ class ReplicaFetcher:
     def unfollow(self, tp: TopicPartition) -> None:
         self.partitions.pop(tp, None)
 
+    @property
+    def service(self) -> Service | None:
+        return self._service
+
     def start(self) -> None:
-        self._task = asyncio.create_task(
-            self._run(), name=f"replica-fetcher-{self.node_id}-from-{self.leader.node_id}")
+        self._service = self._supervisor.spawn(
+            f"replica-fetcher-{self.node_id}-from-{self.leader.node_id}-"
+            f"{self.leader.incarnation}", self._run, kind="replica-fetcher")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
         await self._link.close()
 
     async def _run(self) -> None:
+        # A (re)start knows nothing of what the last run did half-way: every log is
+        # compared with the leader's again before it is fetched into.
+        for followed in self.partitions.values():
+            followed.truncated = False
+        await self._link.close()
         while True:
             if not self.partitions:
                 self._work.clear()
@@ -119,6 +143,18 @@ class ReplicaFetcher:
                 log.info("replica_fetch_failed", leader=self.leader.node_id, error=str(exc))
                 await asyncio.sleep(BACKOFF_S)
 
+    def _log(self, tp: TopicPartition) -> PartitionLog | None:
+        """The local log of a followed partition; None, and the partition dropped here,
+        if it is gone (its topic deleted here): the other partitions go on, and the
+        replica manager follows it again if the image still assigns it here."""
+        try:
+            return self.store.log(*tp)
+        except StorageError as exc:  # NoSuchPartitionError
+            if self.partitions.pop(tp, None) is not None:
+                log.info("replica_fetch_partition_dropped", topic=tp[0], partition=tp[1],
+                         leader=self.leader.node_id, error=str(exc))
+            return None
+
     # --- truncation ---------------------------------------------------------------------
 
     async def _truncate(self, conn: PeerConnection) -> None:
@@ -128,7 +164,11 @@ class ReplicaFetcher:
                 return
             asks: dict[str, list[OffsetForLeaderPartition]] = {}
             for (topic, p), followed in pending.items():
-                latest = self.store.log(topic, p).epoch_cache.latest_epoch
+                found = self._log((topic, p))
+                if found is None:
+                    followed.truncated = True  # dropped: no longer asked about
+                    continue
+                latest = found.epoch_cache.latest_epoch
                 if latest is None:  # an empty cache: nothing to compare, nothing to cut
                     followed.truncated = True
                     continue
@@ -154,7 +194,10 @@ class ReplicaFetcher:
                     if part.error_code != ErrorCode.NONE:
                         # The leader is not there yet (or moved on): the image will say.
                         continue
-                    plog = self.store.log(*tp)
+                    plog = self._log(tp)
+                    if plog is None:
+                        del pending[tp]
+                        continue
                     cut = divergence(plog.epoch_cache, plog.log_end_offset,
                                      part.leader_epoch, part.end_offset,
                                      high_watermark=plog.high_watermark)
@@ -162,7 +205,13 @@ class ReplicaFetcher:
                         log.warning("replica_truncated", topic=tp[0], partition=tp[1],
                                     leader=self.leader.node_id, from_offset=plog.log_end_offset,
                                     to_offset=cut.offset)
-                        plog.truncate_to(cut.offset)
+                        try:
+                            plog.truncate_to(cut.offset)
+                        except StorageError as exc:  # closed meanwhile: deleted here
+                            log.info("replica_truncate_failed", topic=tp[0],
+                                     partition=tp[1], error=str(exc))
+                            del pending[tp]
+                            continue
                     if cut.done:
                         asked.truncated = True
                         del pending[tp]
@@ -178,12 +227,18 @@ class ReplicaFetcher:
             await asyncio.sleep(BACKOFF_S)  # waiting for the leader to know its epoch
             return
         topics: dict[str, list[FetchPartition]] = {}
-        for (topic, p), followed in ready.items():
+        for (topic, p), followed in list(ready.items()):
+            found = self._log((topic, p))
+            if found is None:
+                del ready[(topic, p)]
+                continue
             topics.setdefault(topic, []).append(FetchPartition(
                 partition=p, current_leader_epoch=followed.leader_epoch,
-                fetch_offset=self.store.log(topic, p).log_end_offset,
-                partition_max_bytes=self._max_bytes))
-        request = FetchRequest(replica_id=self.node_id, max_wait_ms=self._wait_max_ms,
+                fetch_offset=found.log_end_offset, partition_max_bytes=self._max_bytes))
+        if not ready:
+            return
+        request = FetchRequest(replica_id=self.node_id, replica_epoch=self._broker_epoch(),
+                               max_wait_ms=self._wait_max_ms,
                                min_bytes=1, max_bytes=self._max_bytes * max(len(ready), 1),
                                topics=[FetchTopic(topic=t, partitions=ps)
                                        for t, ps in topics.items()])
@@ -206,7 +261,9 @@ class ReplicaFetcher:
                 if part.error_code != ErrorCode.NONE:
                     backoff = True  # the leader moved or is not ready: the image will say
                     continue
-                plog = self.store.log(*tp)
+                plog = self._log(tp)
+                if plog is None:
+                    continue
                 try:
                     if part.records:
                         plog.append_replica(bytes(part.records))

@@ -37,9 +37,13 @@ class LeaderStates:
                  image: Callable[[], ClusterImage], *, replica_lag_time_max_ms: int,
                  min_insync_replicas: int,
                  on_high_watermark: Callable[[TopicPartition], None],
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms,
+                 trusted: Callable[[], bool] = lambda: True) -> None:
         """``on_high_watermark``: the partition's high watermark moved (parked consumer
-        fetches look again)."""
+        fetches look again); ``trusted``: whether this broker may act as a leader now
+        (not fenced: its lease is kept and its image is current). While it may not, no
+        high watermark moves and no acks=all produce is answered NONE: the ISR they
+        would rest on may already be another leader's."""
         self.node_id = node_id
         self.store = store
         self.etcd = etcd
@@ -49,6 +53,7 @@ class LeaderStates:
         self.min_insync = min_insync_replicas
         self._on_hw = on_high_watermark
         self._clock = clock
+        self._trusted = trusted
         self.states: dict[TopicPartition, LeaderReplicaState] = {}
         self._waiters: dict[TopicPartition, list[_Waiter]] = {}
         self._writes: set[asyncio.Task[None]] = set()
@@ -133,6 +138,8 @@ class LeaderStates:
         self._hw_check(tp)
 
     def _hw_check(self, tp: TopicPartition) -> None:
+        if not self._trusted():
+            return  # checked again on the next fetch, append or ISR change
         rs = self.states[tp]
         plog = self.store.log(*tp)
         if rs.high_watermark > plog.high_watermark:
@@ -163,7 +170,7 @@ class LeaderStates:
         batch): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, or
         REQUEST_TIMED_OUT after ``timeout_ms``."""
         rs = self.states.get(tp)
-        if rs is None:
+        if rs is None or not self._trusted():
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         verdict = rs.can_ack(end_offset, self.min_insync)
         if verdict is True:
@@ -203,8 +210,10 @@ class LeaderStates:
                 or state.leader != self.node_id:
             return
         rs.propose_isr(new_isr)
-        new = PartitionState(self.node_id, rs.leader_epoch, tuple(sorted(new_isr)),
-                             state.partition_epoch + 1)
+        isr = tuple(sorted(new_isr))
+        # Members kept keep their recorded storage ids; one joining records its own.
+        new = PartitionState(self.node_id, rs.leader_epoch, isr, state.partition_epoch + 1,
+                             state.storage_for(isr, image.brokers))
         key = partition_key(self.cluster, *tp)
         txn = Txn((Compare(key, "mod", "==", image.partition_revisions.get(tp, 0)),),
                   (Put(key, encode_partition(new)),))

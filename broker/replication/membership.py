@@ -1,19 +1,23 @@
 """The broker's registration in etcd: ``brokers/<id>`` bound to a lease it keeps alive,
-and self-fencing when the keep-alives stop being answered (docs/design/cluster.md,
+and self-fencing when the keep-alives stop being answered, or when its view of the
+cluster (the metadata image) is not known to be current (docs/design/cluster.md,
 "Liveness and fencing")."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from groupwire.broker.cluster.keys import BrokerInfo, broker_key, encode_broker
 from groupwire.broker.cluster.txn import Compare, Put, Txn
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
+from groupwire.broker.supervisor import Service, Supervisor
 
 log = get_logger("groupwire.cluster")
 
@@ -22,6 +26,22 @@ REGISTER_MARGIN_S = 1.0
 keys a little after the TTL (~0.3 s)."""
 
 Listener = Callable[[], None]
+
+
+class ImageClock(Protocol):
+    """When the broker's metadata image was last known current, and last read whole
+    (monotonic seconds, on the membership's clock)."""
+
+    @property
+    def confirmed_at(self) -> float: ...
+
+    @property
+    def read_at(self) -> float: ...
+
+    @property
+    def reads(self) -> int:
+        """Whole reads so far."""
+        ...
 
 
 class RegistrationError(Exception):
@@ -53,9 +73,21 @@ class FenceRule:
 
 
 class Membership:
+    """The keep-alive loop is a supervised service (``membership``): a crash is logged,
+    counted and the loop started again; meanwhile the fence rule, which reads the clock,
+    keeps the broker from acting on a lease it no longer refreshes.
+
+    Fenced means: no keep-alive answered for a TTL (the lease may be gone), or, given
+    ``image``, the metadata image not confirmed current for a TTL (a stalled watch: the
+    cluster may have moved on without this broker seeing it) or not read whole since
+    this registration (what it held before may be long stale). Listeners hear each
+    change; ``on_registered`` hears a new registration (the image is then re-read)."""
+
     def __init__(self, store: MetadataStore, cluster: str, info: BrokerInfo, ttl_s: int,
                  clock: Callable[[], float] = time.monotonic,
-                 register_wait_s: float | None = None) -> None:
+                 register_wait_s: float | None = None, *,
+                 image: ImageClock | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         self.store = store
         self.cluster = cluster
         self.info = info
@@ -65,11 +97,19 @@ class Membership:
         self._register_wait_s = ttl_s + REGISTER_MARGIN_S if register_wait_s is None \
             else register_wait_s
         self._rule = FenceRule(ttl_s, clock(), lost=True)
+        self._image = image
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
         self._lease = 0
+        self.registered_at = -math.inf
+        """When the request that granted the current lease was sent."""
+        self._reads_at_registration = -1
         self._told_fenced = True
-        self._task: asyncio.Task[None] | None = None
+        self._started = False
+        """Whether the broker has acted since its first registration (for the logs)."""
+        self._service: Service | None = None
         self.on_fenced: list[Listener] = []
         self.on_unfenced: list[Listener] = []
+        self.on_registered: list[Listener] = []
 
     @property
     def lease(self) -> int:
@@ -79,20 +119,48 @@ class Membership:
 
     @property
     def fenced(self) -> bool:
-        return self._rule.fenced(self._clock())
+        return self.fence_reason() is not None
+
+    def fence_reason(self) -> str | None:
+        """Why the broker may not lead, coordinate or acknowledge now; None if it may."""
+        now = self._clock()
+        if self._rule.fenced(now):
+            return "no etcd keep-alive answered for a whole lease TTL"
+        if self._image is None:
+            return None
+        if self._image.reads <= self._reads_at_registration \
+                or self._image.read_at < self.registered_at:
+            return "the metadata image was not read again since this registration"
+        if now - self._image.confirmed_at >= self.ttl_s:
+            return (f"the metadata image was not confirmed current for "
+                    f"{now - self._image.confirmed_at:.1f} s (its etcd watch is stalled)")
+        return None
+
+    @property
+    def service(self) -> Service | None:
+        return self._service
 
     async def start(self) -> None:
         await self._register()
-        self._told_fenced = False
-        self._task = asyncio.create_task(self._keep_alive_loop(),
-                                         name=f"membership-{self.info.node_id}")
+        # With an image, the broker may act once it has been read (image_confirmed).
+        self._told_fenced = self._image is not None and self.fenced
+        self._started = not self._told_fenced
+        self._service = self._supervisor.spawn(f"membership-{self.info.node_id}",
+                                               self._keep_alive_loop, kind="membership")
 
     def stop_keep_alive(self) -> None:
         """Stop refreshing the lease without revoking it, as a crash or a stall would
         (tests use it; ``close`` also calls it)."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        if self._service is not None:
+            self._service.task.cancel()
+            self._supervisor.forget(self._service)
+            self._service = None
+
+    def image_confirmed(self) -> None:
+        """The image was confirmed current: the broker may act again at once, not a
+        keep-alive round later."""
+        if self._told_fenced and not self.fenced:
+            self._tell(fenced=False)
 
     async def close(self) -> None:
         self.stop_keep_alive()
@@ -106,15 +174,19 @@ class Membership:
         if self._lease and not self._rule.lost:
             sent = self._clock()
             try:
-                ttl = await self.store.keep_alive(self._lease)
-            except EtcdError as exc:
-                log.warning("keep_alive_failed", node_id=self.info.node_id, error=str(exc))
+                # Bounded by a keep-alive round, so a hung request cannot delay noticing
+                # the fence (the next round tries again).
+                async with asyncio.timeout(self.ttl_s / 3):
+                    ttl = await self.store.keep_alive(self._lease)
+            except (EtcdError, TimeoutError) as exc:
+                log.warning("keep_alive_failed", node_id=self.info.node_id,
+                            error=str(exc) or type(exc).__name__)
             else:
                 if ttl > 0:
                     self._rule.answered(sent)
                 else:
                     self._rule.lost = True
-        if self.fenced:
+        if self._rule.fenced(self._clock()):
             self._tell(fenced=True)
             try:
                 await self._reregister()
@@ -124,9 +196,27 @@ class Membership:
         self._tell(fenced=self.fenced)
 
     async def _keep_alive_loop(self) -> None:
+        watchdog = asyncio.ensure_future(self._watchdog())
+        try:
+            while True:
+                await asyncio.sleep(self.ttl_s / 3)
+                await self.tick()
+        finally:
+            watchdog.cancel()
+
+    async def _watchdog(self) -> None:
+        """Tells the listeners the moment a fence deadline passes, not when a keep-alive
+        round (maybe hung on a silent connection) next ends: a fenced coordinator must
+        unload its groups before another broker may load them."""
         while True:
-            await asyncio.sleep(self.ttl_s / 3)
-            await self.tick()
+            now = self._clock()
+            deadline = self._rule.last_answered_sent + self.ttl_s
+            if self._image is not None:
+                deadline = min(deadline, self._image.confirmed_at + self.ttl_s)
+            if self.fenced:
+                self._tell(fenced=True)
+                deadline = now + self.ttl_s / 3  # look again; ``tick`` re-registers
+            await asyncio.sleep(max(0.01, deadline - now))
 
     def _tell(self, fenced: bool) -> None:
         if fenced == self._told_fenced:
@@ -134,9 +224,11 @@ class Membership:
         self._told_fenced = fenced
         if fenced:
             log.warning("broker_fenced", node_id=self.info.node_id,
-                        why="no keep-alive answered for a whole lease TTL")
-        else:
-            log.info("broker_registered_again", node_id=self.info.node_id)
+                        why=self.fence_reason() or "no keep-alive answered for a whole TTL")
+        elif self._started:
+            log.info("broker_unfenced", node_id=self.info.node_id,
+                     why="registered, and its metadata image is current")
+        self._started = True
         for listener in list(self.on_fenced if fenced else self.on_unfenced):
             listener()
 
@@ -163,6 +255,11 @@ class Membership:
                     if (await self.store.txn(txn)).succeeded:
                         self._lease = lease
                         self._rule.renew(sent)
+                        self.registered_at = sent
+                        if self._image is not None:
+                            self._reads_at_registration = self._image.reads
+                        for listener in list(self.on_registered):
+                            listener()
                         return
                     with contextlib.suppress(EtcdError):
                         await self.store.revoke(lease)

@@ -9,6 +9,7 @@ import ssl
 import uuid
 from collections.abc import Callable, Mapping
 
+from groupwire.broker.cluster.controller import offline_partitions
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
 from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo, Endpoint
 from groupwire.broker.config import BrokerSettings, etcd_urls
@@ -26,7 +27,10 @@ from groupwire.broker.replication.peer import PeerDialer
 from groupwire.broker.replication.peer_auth import PeerSecurity
 from groupwire.broker.replication.replicas import EnsureLocal, ReplicaManager
 from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.metadata import EVENTS_TOPIC, OFFSETS_TOPIC
+from groupwire.broker.storage.storage_id import load_or_create_storage_id
+from groupwire.broker.supervisor import Supervisor
 
 log = get_logger("groupwire.cluster")
 
@@ -52,20 +56,39 @@ def etcd_tls(settings: BrokerSettings) -> ssl.SSLContext | None:
         raise ClusterStartError(str(exc)) from None
 
 
+def lease_ttl_s(settings: BrokerSettings) -> int:
+    """The lease TTL etcd is asked for: whole seconds, at least one."""
+    return max(1, math.ceil(settings.etcd_lease_ttl_ms / 1000))
+
+
+def watch_timeout_s(settings: BrokerSettings) -> float:
+    """How long a watch may be silent before it is checked: ``--etcd-watch-timeout-ms``,
+    else a third of the lease TTL, so an idle image is confirmed current a few times
+    per TTL and a stalled one fences the broker within about one TTL."""
+    if settings.etcd_watch_timeout_ms > 0:
+        return settings.etcd_watch_timeout_ms / 1000
+    return lease_ttl_s(settings) / 3
+
+
 class ClusterNode:
     def __init__(self, settings: BrokerSettings, store: TopicStore, *,
                  metadata_store: MetadataStore | None = None,
                  on_high_watermark: Callable[[TopicPartition], None] = lambda _tp: None,
+                 supervisor: Supervisor | None = None,
                  ) -> None:
         """``metadata_store``: tests pass an in-memory one; else an etcd client;
-        ``on_high_watermark``: a led partition's high watermark moved."""
+        ``on_high_watermark``: a led partition's high watermark moved; ``supervisor``:
+        runs the long-lived tasks (the broker's one; a private one without it)."""
         self.settings = settings
         self.node_id = settings.node_id
         self.cluster = settings.cluster_name
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self._owns_store = metadata_store is None
-        self.etcd: MetadataStore = (EtcdClient(etcd_urls(settings), tls=etcd_tls(settings))
-                                    if metadata_store is None else metadata_store)
-        self.watcher = MetadataWatcher(self.etcd, self.cluster)
+        self.etcd: MetadataStore = (
+            EtcdClient(etcd_urls(settings), tls=etcd_tls(settings),
+                       watch_timeout_s=watch_timeout_s(settings))
+            if metadata_store is None else metadata_store)
+        self.watcher = MetadataWatcher(self.etcd, self.cluster, supervisor=self.supervisor)
         self.store = store
         self._membership: Membership | None = None
         self.controller: ControllerTask | None = None
@@ -75,16 +98,22 @@ class ClusterNode:
         """How this broker reaches the others' inter-broker listener (set at start)."""
         self.leadership = ClusterLeadership(
             self.node_id, lambda: self.watcher.image, lambda: self.fenced,
-            min_insync_replicas=settings.min_insync_replicas)
+            min_insync_replicas=settings.min_insync_replicas,
+            why_fenced=lambda: None if self._membership is None
+            else self._membership.fence_reason())
         self.leaders = LeaderStates(
             self.node_id, store, self.etcd, self.cluster, lambda: self.watcher.image,
             replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
             min_insync_replicas=settings.min_insync_replicas,
-            on_high_watermark=on_high_watermark)
+            on_high_watermark=on_high_watermark, trusted=lambda: not self.fenced)
 
     @property
     def image(self) -> ClusterImage:
         return self.watcher.image
+
+    def broker_epoch(self, node_id: int) -> int | None:
+        """Broker ``node_id``'s epoch (its registration's revision) while it is live."""
+        return self.watcher.image.broker_epochs.get(node_id)
 
     @property
     def fenced(self) -> bool:
@@ -109,11 +138,20 @@ class ClusterNode:
         s = self.settings
         self.dialer = PeerDialer(PeerSecurity.of(s))
         host, port = endpoints[s.inter_broker_listener().name]
+        try:
+            storage_id = load_or_create_storage_id(self.store.data_dir)
+        except StorageError as exc:
+            raise ClusterStartError(str(exc)) from None
         info = BrokerInfo(self.node_id, host, port, s.rack or None, uuid.uuid4().hex,
                           endpoints=tuple(Endpoint(name, h, p)
-                                          for name, (h, p) in endpoints.items()))
-        membership = Membership(self.etcd, self.cluster, info,
-                                ttl_s=max(1, math.ceil(s.etcd_lease_ttl_ms / 1000)))
+                                          for name, (h, p) in endpoints.items()),
+                          storage_id=storage_id)
+        membership = Membership(self.etcd, self.cluster, info, ttl_s=lease_ttl_s(s),
+                                image=self.watcher, supervisor=self.supervisor)
+        # A new registration re-reads the image before the broker acts again; each
+        # confirmation lets it act again at once (docs/design/cluster.md, "Liveness").
+        membership.on_registered.append(self.watcher.resync)
+        self.watcher.on_confirmed.append(membership.image_confirmed)
         self._membership = membership
         try:
             async with asyncio.timeout(FIRST_READ_S + membership.ttl_s):
@@ -129,7 +167,7 @@ class ClusterNode:
         except RegistrationError as exc:
             raise ClusterStartError(str(exc)) from None
         controller = ControllerTask(self.etcd, self.cluster, membership, self.watcher,
-                                    self.node_id)
+                                    self.node_id, supervisor=self.supervisor)
         controller.internal_topics += [
             InternalTopic(OFFSETS_TOPIC, self.store.offsets_partitions,
                           s.offsets_topic_replication_factor),
@@ -139,11 +177,11 @@ class ClusterNode:
             self.node_id, self.store, self.watcher, membership, self.leadership,
             self.leaders, ensure_local=ensure_local, new_fetcher=self._fetcher,
             delete_local=delete_local, on_roles=on_roles,
-            on_topics_removed=on_topics_removed)
+            on_topics_removed=on_topics_removed, supervisor=self.supervisor)
         self.events = EventForwarder(
             self.node_id, lambda: self.watcher.image,
             lambda: self.leadership.check(EVENTS_TOPIC, 0) is None, append_events,
-            dialer=self.dialer)
+            dialer=self.dialer, supervisor=self.supervisor)
         self.leaders.start()
         self.replicas.start()
         self.events.start()
@@ -169,6 +207,9 @@ class ClusterNode:
             "under_replicated_partitions": self.leaders.under_replicated(),
             "offline_partitions": sum(1 for s in image.partitions.values()
                                       if s.leader == NO_LEADER) if controller else 0,
+            "offline_partitions_storage_lost": sum(
+                1 for o in offline_partitions(image).values()
+                if o.reason == "isr_storage_lost") if controller else 0,
             "is_controller": int(controller),
             "fenced": int(self.fenced),
             "live_brokers": len(image.brokers),
@@ -180,7 +221,9 @@ class ClusterNode:
                               wait_max_ms=s.replica_fetch_wait_max_ms,
                               max_bytes=s.replica_fetch_max_bytes,
                               request_timeout_s=REPLICA_REQUEST_TIMEOUT_S,
-                              on_appended=lambda _tp: None, dialer=self.dialer)
+                              on_appended=lambda _tp: None, dialer=self.dialer,
+                              broker_epoch=lambda: self.broker_epoch(self.node_id),
+                              supervisor=self.supervisor)
 
     async def close(self) -> None:
         """Step down and leave: the lease is revoked, so others take over at once."""

@@ -4,6 +4,12 @@ After every image change (level-triggered, like the controller) it creates the l
 replicas of topics assigned here, deletes those of topics gone from etcd, and for each
 partition takes leadership (the log stamps the new leader epoch from then on) or gives
 it up. Followers' fetchers hang off the same decisions (``on_follow``).
+
+The loop is a supervised service (``replica-manager``): a crash is logged, counted and
+the loop started again, and since every pass is decided afresh from the image, the
+restarted loop rebuilds whatever the failed pass left half-done. The image is mutated in
+place by the watch, so nothing read from it is used after an await without being read
+again: a broker or topic may have vanished meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from groupwire.broker.replication.membership import Membership
 from groupwire.broker.replication.metadata_watch import MetadataWatcher
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.supervisor import Service, Supervisor
 
 log = get_logger("groupwire.cluster")
 
@@ -39,6 +46,7 @@ class ReplicaManager:
                  delete_local: Callable[[list[str]], None],
                  on_roles: Callable[[set[TopicPartition]], None],
                  on_topics_removed: Callable[[list[str]], None] = lambda _names: None,
+                 supervisor: Supervisor | None = None,
                  ) -> None:
         """``on_roles``: partitions whose role here changed (parked fetches on them
         look again); ``on_topics_removed``: topics deleted from the cluster (every
@@ -57,7 +65,8 @@ class ReplicaManager:
         self._on_roles = on_roles
         self._on_topics_removed = on_topics_removed
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._service: Service | None = None
         self.elections = 0
         """Partitions this broker took leadership of (metrics)."""
         self.passes: list[Callable[[], None]] = []
@@ -66,17 +75,21 @@ class ReplicaManager:
         membership.on_fenced.append(self._on_fenced)
         membership.on_unfenced.append(self._wake.set)
 
+    @property
+    def service(self) -> Service | None:
+        return self._service
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"replicas-{self.node_id}")
+        self._service = self._supervisor.spawn(f"replica-manager-{self.node_id}", self._run,
+                                               kind="replica-manager")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        for fetcher in self.fetchers.values():
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        for fetcher in fetchers:
             await fetcher.close()
-        self.fetchers.clear()
 
     def _on_change(self, change: ImageChange) -> None:
         if change.topics_removed:
@@ -161,6 +174,9 @@ class ReplicaManager:
             for tp, state in image.partitions.items():
                 if state.leader != self.node_id or led.get(tp) == state.leader_epoch:
                     continue
+                recorded = state.storage_of(self.node_id)
+                if recorded is not None and recorded != self.membership.info.storage_id:
+                    continue  # not the log the ISR recorded: the controller moves it on
                 count = self.store.partition_count(tp[0])
                 if count is None or tp[1] >= count:
                     continue  # not created here yet: the next pass takes it
@@ -188,10 +204,16 @@ class ReplicaManager:
 
     async def _sync_fetchers(self, image: ClusterImage) -> None:
         """Each partition with a replica here and a live leader elsewhere is fetched
-        from that leader, in its current epoch; everything else is not."""
+        from that leader, in its current epoch; everything else is not.
+
+        What is wanted is read from the image once, before the first await (closing a
+        fetcher); after it each leader is looked up again, as the watch may have
+        removed it meanwhile (the next pass, which that change wakes, settles it)."""
         wanted: dict[int, dict[TopicPartition, int]] = {}
-        for tp, state in image.partitions.items():
-            if state.leader in (self.node_id, NO_LEADER) or state.leader not in image.brokers:
+        leaders: dict[int, BrokerInfo] = {}
+        for tp, state in list(image.partitions.items()):
+            info = image.brokers.get(state.leader)
+            if state.leader in (self.node_id, NO_LEADER) or info is None:
                 continue
             assignment = image.topics.get(tp[0])
             if assignment is None or tp[1] >= len(assignment.replicas) \
@@ -201,14 +223,20 @@ class ReplicaManager:
             if count is None or tp[1] >= count:
                 continue
             wanted.setdefault(state.leader, {})[tp] = state.leader_epoch
-        for leader_id, fetcher in list(self.fetchers.items()):
-            info = image.brokers.get(leader_id)
-            if leader_id not in wanted or info != fetcher.leader:
+            leaders[state.leader] = info
+        stale = [(leader_id, fetcher) for leader_id, fetcher in self.fetchers.items()
+                 if leader_id not in wanted or leaders[leader_id] != fetcher.leader]
+        for leader_id, fetcher in stale:
+            if self.fetchers.get(leader_id) is fetcher:
                 del self.fetchers[leader_id]
-                await fetcher.close()
+        for _leader_id, fetcher in stale:
+            await fetcher.close()
         for leader_id, partitions in wanted.items():
+            info = self.watcher.image.brokers.get(leader_id)
+            if info is None or info != leaders[leader_id]:
+                continue  # gone or re-registered during the closes: the next pass
             if leader_id not in self.fetchers:
-                self.fetchers[leader_id] = self._new_fetcher(image.brokers[leader_id])
+                self.fetchers[leader_id] = self._new_fetcher(info)
                 self.fetchers[leader_id].start()
             fetcher = self.fetchers[leader_id]
             for tp in list(fetcher.partitions):

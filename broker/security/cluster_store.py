@@ -56,6 +56,7 @@ from groupwire.broker.security.state import SecurityState
 from groupwire.broker.security.store import FORMAT_VERSION, SECURITY_FILE, SecurityStoreError
 from groupwire.broker.security.store import decode_document as _decode_document
 from groupwire.broker.security.store import encode_document as _encode_document
+from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.acls import ScramMechanism
 
 __all__ = ["ClusterSecurity", "binding_id", "follow_cluster_security", "upsert_user"]
@@ -128,9 +129,17 @@ class _Change:
 
 class ClusterSecurity:
     """The security keys as this broker last saw them, each with its mod revision, and
-    the watch that keeps them (and the broker's :class:`SecurityState`) current."""
+    the watch that keeps them (and the broker's :class:`SecurityState`) current.
 
-    def __init__(self, store: MetadataStore, cluster: str, state: SecurityState) -> None:
+    The watch is a supervised service (``security-watch``): a crash is logged, counted
+    and the service started again, reading every key afresh first. A stalled stream is
+    the store's to notice (the etcd client checks a silent watch and replaces it), so a
+    revoked ACL reaches this broker within about one watch timeout."""
+
+    def __init__(self, store: MetadataStore, cluster: str, state: SecurityState, *,
+                 supervisor: Supervisor | None = None) -> None:
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._service: Service | None = None
         self._store = store
         self._cluster = cluster
         self._prefix = security_prefix(cluster)
@@ -149,7 +158,8 @@ class ClusterSecurity:
         so the deletions up to it need not be remembered."""
         self._dirty = False
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loaded = False
+        """Whether the last read is what the service starts from (``load`` just ran)."""
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -158,15 +168,20 @@ class ClusterSecurity:
         read, SecurityStoreError naming a key whose value is not what it should be (fix
         or delete it with etcdctl)."""
         await self._read(strict=True)
+        self._loaded = True
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"security-watch-{self._cluster}")
+        self._service = self._supervisor.spawn(f"security-watch-{self._cluster}", self._run,
+                                               kind="security-watch")
+
+    @property
+    def service(self) -> Service | None:
+        return self._service
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if self._service is not None:
+            await self._service.stop()
+            self._service = None
 
     @property
     def revision(self) -> int:
@@ -181,7 +196,7 @@ class ClusterSecurity:
     # --- following etcd -----------------------------------------------------------------
 
     async def _run(self) -> None:
-        fresh = True  # load() has just read
+        fresh, self._loaded = self._loaded, False  # after a crash: read everything again
         while True:
             try:
                 if not fresh:
@@ -220,6 +235,8 @@ class ClusterSecurity:
         self._wake()
 
     def _on_events(self, events: list[WatchEvent]) -> None:
+        if not events:
+            return  # the store's word that the watch is current: nothing to apply
         for event in events:
             if event.kind == "delete":
                 self._forget(event.kv.key, event.kv.mod_revision)
@@ -382,6 +399,7 @@ class ClusterSecurity:
 
 async def follow_cluster_security(store: MetadataStore, cluster: str, state: SecurityState,
                                   *, data_dir: Path, where: str, timeout_s: float,
+                                  supervisor: Supervisor | None = None,
                                   ) -> ClusterSecurity:
     """A cluster broker's start: read the keys into ``state``, then follow them. Raises
     SecurityStoreError (one line for the operator) if etcd does not answer within
@@ -389,7 +407,7 @@ async def follow_cluster_security(store: MetadataStore, cluster: str, state: Sec
     if (Path(data_dir) / SECURITY_FILE).exists():
         log.warning("security_file_ignored", path=str(Path(data_dir) / SECURITY_FILE),
                     reason="cluster mode: ACLs and users are the cluster's, in etcd")
-    security = ClusterSecurity(store, cluster, state)
+    security = ClusterSecurity(store, cluster, state, supervisor=supervisor)
     try:
         async with asyncio.timeout(timeout_s):
             await security.load()

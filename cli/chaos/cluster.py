@@ -4,6 +4,10 @@ Every start waits for a line of the process's log with a bound; a process that e
 or stays silent meanwhile is a :class:`ClusterStartError` naming its log. Faults act on
 the process group of a child (the child *is* the broker, or etcd after its exec), so a
 SIGSTOP freezes the whole broker and a SIGKILL leaves nothing of it.
+
+Each broker reaches etcd through its own :class:`EtcdProxy` (in the run's process), so
+the ``etcd-half-open`` fault can leave one broker's etcd connections half-open while the
+others' work (:meth:`LocalCluster.half_open`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from groupwire.cli.chaos.child import EXEC, start_child
+from groupwire.cli.chaos.etcd_proxy import EtcdProxy
 from groupwire.client.admin import Admin, PartitionDescription
 from groupwire.client.cluster import Cluster
 from groupwire.client.security import SecurityConfig
@@ -97,6 +102,8 @@ class LocalCluster:
     etcd: Node = field(init=False)
     brokers: list[Node] = field(init=False)
     peer_port: int = field(init=False)
+    proxies: dict[int, EtcdProxy] = field(init=False, default_factory=dict)
+    """Per broker node id: the proxy it reaches etcd through."""
 
     def __post_init__(self) -> None:
         self.peer_port = free_port()
@@ -127,8 +134,46 @@ class LocalCluster:
 
     async def start(self) -> None:
         await self.start_etcd()
+        for b in self.brokers:
+            if b.node_id not in self.proxies:
+                proxy = EtcdProxy("127.0.0.1", self.etcd.port)
+                await proxy.start()
+                self.proxies[b.node_id] = proxy
         for b in self.brokers:  # the first broker up makes the others' wait no longer
             await self.start_broker(b)
+
+    def etcd_endpoints_of(self, b: Node) -> str:
+        """Where broker ``b`` reaches etcd: its proxy, once :meth:`start` made it."""
+        proxy = self.proxies.get(b.node_id)
+        return self.endpoints if proxy is None else proxy.url
+
+    def half_open(self, b: Node) -> int:
+        """Every etcd connection broker ``b`` has, and each it opens until :meth:`heal`,
+        goes half-open (open, silent, never closed). Returns how many were caught."""
+        proxy = self.proxies[b.node_id]
+        proxy.go_half_open()
+        return proxy.caught
+
+    def heal(self, b: Node) -> None:
+        """``b``'s new etcd connections work again; the half-open ones stay so."""
+        self.proxies[b.node_id].heal()
+
+    async def half_open_for(self, b: Node, duration_s: float) -> str:
+        """The ``etcd-half-open`` fault on broker ``b``: its etcd connections go
+        half-open for ``duration_s``, then new ones work again. The line for the run's
+        log."""
+        caught = self.half_open(b)
+        try:
+            await asyncio.sleep(duration_s)  # the fault lasts this long
+        finally:
+            self.heal(b)
+        return (f"{b.name}: etcd connections half-open for {duration_s:.1f} s "
+                f"({caught} caught open), then new ones healed")
+
+    async def close_proxies(self) -> None:
+        for proxy in self.proxies.values():
+            await proxy.close()
+        self.proxies.clear()
 
     async def start_etcd(self) -> None:
         etcd, peer = self.etcd, f"http://127.0.0.1:{self.peer_port}"
@@ -144,7 +189,8 @@ class LocalCluster:
     async def start_broker(self, b: Node) -> None:
         await self._start(b, BROKER_READY, "groupwire", "broker", "--host", "127.0.0.1",
                           "--port", str(b.port), "--data-dir", str(b.data),
-                          "--node-id", str(b.node_id), "--etcd-endpoints", self.endpoints,
+                          "--node-id", str(b.node_id),
+                          "--etcd-endpoints", self.etcd_endpoints_of(b),
                           "--cluster-name", CLUSTER_NAME,
                           "--etcd-lease-ttl-ms", str(LEASE_TTL_MS),
                           "--default-replication-factor", str(REPLICATION_FACTOR),

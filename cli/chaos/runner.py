@@ -159,6 +159,10 @@ class Run:
     on_verdict: Callable[[dict[str, object]], object] | None = None
     deadline: float = 0.0
     """time.monotonic() past which nothing waits any more (set once production starts)."""
+    sure_zombie: Member | None = None
+    """The schedule's ``sure`` zombie until its probe is journaled: no fault strikes it,
+    and broker faults wait (:func:`_wait_for_sure_probe`)."""
+    sure_probed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Future[Any]:
         """A task of the run: cancelled and awaited (with a bound) on the way out."""
@@ -482,11 +486,18 @@ async def _watch(run: Run, member: Member) -> None:
 
 async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
     now = time.time()
-    alive = [m for m in run.members if m.state == "alive"]
     kind = fault.kind
+    if kind.startswith(("broker-", "etcd-")):
+        await _wait_for_sure_probe(run)
+        now = time.time()
+    alive = [m for m in run.members if m.state == "alive" and m is not run.sure_zombie]
     if run.cluster is not None and kind.startswith(("broker-", "etcd-")):
         await _inject_cluster(run, run.cluster, fault, rng)
         return
+    if fault.sure and kind == "zombie" and alive:
+        ready = await _ready_zombie_targets(run, alive)
+        alive = ready or alive
+        now = time.time()
     run.member_fault_times.append(now)
     if kind == "broker-kill":
         if run.broker is None:
@@ -522,6 +533,10 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
         pause = run.opts.session_timeout / 1000 + rng.uniform(0.5, 2.0)
         asyncio.get_running_loop().call_later(pause, _resume, target)
         run.log.append(f"froze {target.name} for {pause:.1f} s")
+        if fault.sure:
+            run.sure_zombie = target
+            run.sure_probed.clear()
+            run.spawn(_await_probe(run, target, now, pause + PROBE_WAIT_S))
     elif kind == "remove":
         target.proc.send_signal(signal.SIGTERM)
         target.state = "dead"
@@ -545,6 +560,15 @@ async def _inject_cluster(run: Run, cluster: LocalCluster, fault: Fault,
         run.log.append(f"etcd killed, restarted after {pause:.1f} s "
                        f"(up {time.time() - now:.1f} s after the kill){note}")
         return
+    if fault.kind == "etcd-stop":
+        cluster.freeze(cluster.etcd)
+        run.fault_times.append(now)
+        run.coordinator_fault_times.append(now)
+        pause = rng.uniform(0.5, 3.0)
+        await asyncio.sleep(pause)  # etcd stays frozen this long
+        cluster.thaw(cluster.etcd)
+        run.log.append(f"etcd frozen (SIGSTOP) for {pause:.1f} s{note}")
+        return
     victim, role = _victim(cluster, roles, fault, run.opts.partitions)
     run.fault_times.append(now)
     if victim.node_id == roles.coordinator:
@@ -558,6 +582,10 @@ async def _inject_cluster(run: Run, cluster: LocalCluster, fault: Fault,
         await _restart(cluster, victim)
         run.log.append(f"killed broker {victim.node_id} ({role}), restarted after "
                        f"{pause:.1f} s (up {time.time() - now:.1f} s after the kill){note}")
+    elif fault.kind == "etcd-half-open":
+        pause = LEASE_TTL_MS / 1000 + rng.uniform(1.0, 5.0)
+        line = await cluster.half_open_for(victim, pause)
+        run.log.append(f"{line} ({role}){note}")
     else:
         cluster.freeze(victim)
         pause = LEASE_TTL_MS / 1000 + rng.uniform(0.5, 2.0)
@@ -601,6 +629,83 @@ async def _restart(cluster: LocalCluster, node: Node) -> None:
             await cluster.start_broker(node)
     except ClusterStartError as exc:
         raise ChaosFatal(str(exc)) from None
+
+
+PROBE_WAIT_S = 10.0
+"""How long after its freeze ends a sure zombie's probe is waited for."""
+
+
+def _ownership_state(journal: Path) -> tuple[int, set[int], set[int], str]:
+    """From a member's journal: its latest generation, the partitions it holds, those of
+    them it committed since they were assigned, and its latest ownership event."""
+    generation, owned, committed, last = -1, set[int](), set[int](), ""
+    with contextlib.suppress(OSError):
+        for line in journal.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            kind = event.get("event")
+            if kind in ("assigned", "revoked", "lost"):
+                parts = set(event.get("partitions") or [])
+                last = kind
+                if kind == "assigned":
+                    generation = int(event.get("generation", -1))
+                    owned |= parts
+                else:
+                    owned -= parts
+                committed -= parts
+            elif kind == "committed":
+                committed |= {int(p) for p in event.get("offsets", {})} & owned
+    return generation, owned, committed, last
+
+
+async def _ready_zombie_targets(run: Run, alive: list[Member]) -> list[Member]:
+    """Members a freeze turns into a zombie whose probe the broker must refuse: the group
+    stable (every live member's latest event an assignment of one generation), and the
+    member holding partitions with offsets committed since; waited for, bounded (empty
+    when the bound passed)."""
+    bound = time.monotonic() + (run.opts.session_timeout * 2 + 10_000) / 1000
+    while True:
+        states = {m.name: _ownership_state(m.journal) for m in alive}
+        generations = {g for g, _, _, last in states.values() if last == "assigned"}
+        stable = len(generations) == 1 and all(last == "assigned"
+                                               for _, _, _, last in states.values())
+        ready = [m for m in alive if stable and states[m.name][2]]
+        if ready or time.monotonic() >= min(bound, run.deadline or bound):
+            if not ready:
+                run.log.append("no member was ready to be a sure zombie in time")
+            return ready
+        await asyncio.sleep(0.1)  # another process's journal: read again
+
+
+async def _await_probe(run: Run, member: Member, frozen_at: float, bound_s: float) -> None:
+    """Until the sure zombie has journaled its probe (or ``bound_s`` passed)."""
+    end = time.monotonic() + bound_s
+    try:
+        while time.monotonic() < end and member.proc.returncode is None:
+            if member.state != "zombie" and any(
+                    '"zombie_probe"' in line and json.loads(line).get("t", 0) >= frozen_at
+                    for line in _lines(member.journal)):
+                return
+            await asyncio.sleep(0.05)  # another process's journal: read again
+    finally:
+        run.sure_zombie = None
+        run.sure_probed.set()
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [x for x in path.read_text().splitlines() if x.endswith("}")]
+    except OSError:
+        return []
+
+
+async def _wait_for_sure_probe(run: Run) -> None:
+    """A broker fault waits for the sure zombie's probe: a broker restarted during the
+    freeze gives the member a fresh session, and its probe would show nothing."""
+    if run.sure_zombie is not None:
+        await run.sure_probed.wait()  # bounded: _await_probe sets it within its bound
 
 
 def _resume(member: Member) -> None:
@@ -769,6 +874,7 @@ async def _teardown(run: Run) -> None:
     if run.cluster is not None:
         await run.cluster.stop_brokers(10.0)
         _kill_groups(run.cluster.processes())
+        await run.cluster.close_proxies()
     if run.broker is not None and run.broker.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             run.broker.send_signal(signal.SIGTERM)

@@ -1,7 +1,9 @@
 """Every benchmark, run small (``--smoke``), so none of them rots; plus the framework.
 
 The smoke runs check the shape of what a benchmark prints (one well-formed JSON line per
-figure, non-negative numbers, at least one positive), never a timing.
+figure, finite numbers in order, at least one figure measured), never what was measured:
+on a busy machine a difference of two measurements (memory per member) can come out
+below zero, and a smoke run must not fail by luck.
 """
 
 from __future__ import annotations
@@ -68,7 +70,6 @@ def check_figure_line(line: str, bench: str) -> dict[str, Any]:
         return fig
     for key in ("median", "min", "max"):
         assert isinstance(fig[key], (int, float)) and math.isfinite(fig[key]), fig
-        assert fig[key] >= 0, fig
     assert fig["min"] <= fig["median"] <= fig["max"], fig
     if fig["goal"] is not None:
         assert isinstance(fig["met"], bool), fig
@@ -85,7 +86,7 @@ def test_bench_smoke(name: str) -> None:
     lines = [x for x in proc.stdout.splitlines() if x.strip()]
     assert lines, f"bench {name} printed no figure:\n{proc.stderr[-3000:]}"
     figures = [check_figure_line(x, name) for x in lines]  # --json: nothing but figures
-    assert any((f["median"] or 0) > 0 for f in figures), figures
+    assert any(f["rounds"] > 0 for f in figures), figures  # something was measured
 
 
 # --- the framework ----------------------------------------------------------------------
@@ -165,6 +166,51 @@ def test_runner_keeps_the_latest_run_of_each_bench(tmp_path: Path,
     assert "(`heartbeat`)" not in md  # its only run failed: no figures to show
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "2026-01-01.jsonl", "2026-01-02.jsonl"]
+
+
+def _goal_fig(name: str, median: float, goal: str | None) -> dict[str, Any]:
+    return with_goal(Figure(name, "ratio", [median], {}), goal).to_json("throughput") \
+        if goal is not None else Figure(name, "ratio", [median], {}).to_json("throughput")
+
+
+def test_the_status_line_is_computed_from_the_figures_it_sits_under() -> None:
+    figs = [_goal_fig("produce groupwire / redis", 0.708, ">= 1"),
+            _goal_fig("consume x1 groupwire / redis", 1.09, ">= 1"),
+            _goal_fig("groupwire produce", 115400, None)]
+    assert runner.status_line(figs) == (
+        "Status (computed from the figures above): 1 of 2 goals met; not met: "
+        "produce groupwire / redis 0.708 (goal >= 1).")
+    assert runner.status_line(figs[1:]) == (
+        "Status (computed from the figures above): its goal is met.")
+    assert runner.status_line(figs[2:]) is None  # no goal, no status
+
+
+def test_a_note_that_claims_a_status_in_prose_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(runner, "RESULTS_MD", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(runner, "NOTES_DIR", tmp_path / "notes")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "throughput.md").write_text(
+        "Why produce is slower.\nStatus: all three goals met in the run above.\n")
+    import datetime as dt
+    runner.append_results("r1", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), {}, {
+        "throughput": (["python", "-m", "bench.throughput"],
+                       [_goal_fig("produce groupwire / redis", 0.708, ">= 1")], None)})
+    with pytest.raises(ValueError, match="Status: all three goals met"):
+        runner.write_results_md()
+
+
+@pytest.mark.parametrize("text", [
+    "Status: goal met in the run above", "Both goals met in the run above (10 kills)",
+    "reach 0.93x (goal >= 0.5: met)", "measured 1.54, goal missed: in its slowest"])
+def test_status_claims_are_found(text: str) -> None:
+    assert runner.status_claims(f"Where the time goes.\n{text}\nMore.") == [text]
+
+
+def test_the_notes_kept_in_the_repo_claim_no_status() -> None:
+    for path in sorted(runner.NOTES_DIR.glob("*.md")):
+        assert runner.status_claims(path.read_text()) == [], path.name
 
 
 def test_loadgen_sends_each_member_to_the_port_its_row_names() -> None:

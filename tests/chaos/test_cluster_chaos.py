@@ -116,12 +116,12 @@ def test_only_rebalances_after_a_coordinator_fault_and_no_member_fault_count() -
 
 
 def test_a_cluster_schedule_has_broker_and_etcd_faults_by_role() -> None:
-    faults = draw(2, 3, 6, 20.0, cluster=True)
+    faults = draw(12, 3, 6, 20.0, cluster=True)
     cluster = [f for f in faults if f.kind in CLUSTER_FAULTS]
     assert len(cluster) == 6 and {f.kind for f in cluster} == set(CLUSTER_FAULTS)
     assert {f.role for f in cluster} == {"leader", "follower", "controller", "coordinator"}
     # without a cluster a seed draws what it always drew
-    single = draw(2, 3, 6, 20.0)
+    single = draw(12, 3, 6, 20.0)
     assert [f.kind for f in single].count("broker-kill") == 6
     assert [f for f in single if f.kind != "broker-kill"] == [
         f for f in faults if f.kind not in CLUSTER_FAULTS]
@@ -132,12 +132,13 @@ def test_a_cluster_schedule_has_broker_and_etcd_faults_by_role() -> None:
                     reason="etcd is not on PATH (install etcd 3.4+ to run a cluster chaos run)")
 def test_a_short_cluster_run_loses_nothing(tmp_path: Path) -> None:
     report = tmp_path / "report"
-    # seed 2: broker kills of a follower, a leader and the coordinator (twice), a freeze
-    # of the controller and an etcd restart, among consumer faults
+    # seed 12: every cluster fault among consumer faults: two broker kills, a broker
+    # frozen past its lease, etcd killed and restarted, etcd frozen, and one broker's
+    # etcd connections half-open past its lease
     result = subprocess.run(
         [sys.executable, "-m", "groupwire", "chaos", "--cluster", "3", "--consumers", "3",
          "--faults", "3", "--broker-faults", "6", "--records", "2000", "--rate", "100",
-         "--seed", "2", "--report", str(report), "--json"],
+         "--seed", "12", "--report", str(report), "--json"],
         capture_output=True, text=True, timeout=400)
     verdict = json.loads(result.stdout)
     assert verdict == json.loads((report / "verdict.json").read_text())
@@ -150,9 +151,11 @@ def test_a_short_cluster_run_loses_nothing(tmp_path: Path) -> None:
     assert cluster["epoch_conflicts"] == 0
     assert set(cluster["produce_unavailable_s"]) == {str(p) for p in range(12)}
     faults = verdict["faults"]
-    assert sum(f.startswith("killed broker") for f in faults) == 4
-    assert sum(f.startswith("froze broker") for f in faults) == 1
-    assert sum(f.startswith("etcd killed") for f in faults) == 1
+    assert sum(f.startswith("killed broker") for f in faults) == 2, faults
+    assert sum(f.startswith("froze broker") for f in faults) == 1, faults
+    assert sum(f.startswith("etcd killed") for f in faults) == 1, faults
+    assert sum(f.startswith("etcd frozen") for f in faults) == 1, faults
+    assert sum("etcd connections half-open" in f for f in faults) == 1, faults
     # every broker came back: all three wrote their replicas of the topic
     assert all((report / f"broker-{i}-data" / "logs" / f"{verdict['topic']}-0").is_dir()
                for i in (1, 2, 3))

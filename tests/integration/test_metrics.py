@@ -20,7 +20,7 @@ def _scrape(port: int) -> dict[str, float]:
 
 
 async def test_metrics_report_groups_lag_and_requests(start_broker, connect) -> None:  # type: ignore[no-untyped-def]
-    broker = await start_broker(metrics_port=0)
+    broker = await start_broker(metrics_port=0, metrics_partition_series=True)
     conn = await connect(target=broker)
     await create_topic(conn, "m", 1)
     await produce(conn, "m", 0, [b"a", b"b", b"c", b"d", b"e"])
@@ -34,6 +34,9 @@ async def test_metrics_report_groups_lag_and_requests(start_broker, connect) -> 
     assert m['groupwire_log_end_offset{partition="0",topic="m"}'] == 5
     assert m['groupwire_committed_offset{group="g-metrics",partition="0",topic="m"}'] == 2
     assert m['groupwire_consumer_lag{group="g-metrics",partition="0",topic="m"}'] == 3
+    assert m['groupwire_topic_log_end_offset{topic="m"}'] == 5
+    assert m['groupwire_group_committed_offset{group="g-metrics",topic="m"}'] == 2
+    assert m['groupwire_group_lag{group="g-metrics",topic="m"}'] == 3
     assert m['groupwire_requests_total{api="JoinGroup",error="MEMBER_ID_REQUIRED"}'] == 1
     assert m['groupwire_rebalances_total{reason="member-joined"}'] == 1
     assert m["groupwire_connections"] == 1

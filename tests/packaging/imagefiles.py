@@ -30,9 +30,9 @@ CONTRACT_METRICS = frozenset({
     "groupwire_rebalances_total",
     "groupwire_rebalance_duration_seconds",
     "groupwire_member_expirations_total",
-    "groupwire_committed_offset",
-    "groupwire_log_end_offset",
-    "groupwire_consumer_lag",
+    "groupwire_group_committed_offset",
+    "groupwire_topic_log_end_offset",
+    "groupwire_group_lag",
     "groupwire_bytes_in_total",
     "groupwire_bytes_out_total",
 })

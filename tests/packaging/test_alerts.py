@@ -32,7 +32,7 @@ CONTAINER_CONFIG_DIR = "/etc/prometheus"
 # What an operator is paged for, each by the metric that shows it.
 PAGED_ON = {
     "broker down": "up",
-    "consumer lag growing": "groupwire_consumer_lag",
+    "consumer lag growing": "groupwire_group_lag",
     "rebalance storms": "groupwire_rebalances_total",
     "fenced commits": "groupwire_commits_fenced_total",
     "storage errors": "groupwire_storage_errors_total",
@@ -119,8 +119,8 @@ class _NoCluster:
 
 def _exposed_families() -> set[str]:
     metrics = BrokerMetrics()
-    metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0,
-                             log_end_offsets=list, committed_offsets=list))
+    metrics.watch(StateViews(groups_by_state=dict, members=lambda: 0),
+                  partition_series=True)  # every family the broker may expose
     watch_cluster(metrics, _NoCluster())  # what a cluster-mode broker adds
     return {family.name + "_total" if family.type == "counter" else family.name
             for family in metrics.registry.collect()}

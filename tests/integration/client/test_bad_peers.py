@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from groupwire.cli.health import check_health
+from groupwire.cli.main import main
 from groupwire.client.admin import Admin
+from groupwire.client.cluster import Cluster, NoApiVersionsAnswerError
 from groupwire.client.connection import Connection
 from groupwire.client.consumer import Consumer
 from groupwire.client.errors import BrokerNotAvailableError, IncompatibleBrokerError
@@ -121,12 +124,73 @@ async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     await reader.read()  # reads, never answers (an HTTP server waiting for a line end)
 
 
-async def test_a_silent_peer_is_named_as_such_when_the_request_timeout_ends() -> None:
+SHORT_PROBE_MS = 200
+SILENT_CLIENTS: dict[str, Callable[[str], Any]] = {
+    "admin": lambda b: Admin(b, request_timeout_ms=LONG_MS,
+                             api_version_request_timeout_ms=SHORT_PROBE_MS),
+    "producer": lambda b: Producer(b, request_timeout_ms=LONG_MS,
+                                   api_version_request_timeout_ms=SHORT_PROBE_MS),
+    "consumer": lambda b: Consumer(b, group_id="g", request_timeout_ms=LONG_MS,
+                                   api_version_request_timeout_ms=SHORT_PROBE_MS),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SILENT_CLIENTS))
+async def test_a_silent_peer_is_given_up_on_after_the_api_versions_probe(kind: str) -> None:
+    """A peer that accepts and never answers fails after one ApiVersions probe
+    (``api_version_request_timeout_ms``), not after the 30 s request timeout, naming the
+    address and saying it does not speak groupwire."""
     async for address in serve(_silent):
         with pytest.raises(BrokerNotAvailableError,
-                           match=f"at {address}: connected, but no answer to ApiVersions "
-                           "within"):
-            await asyncio.wait_for(Admin(address, request_timeout_ms=300).start(), BOUND_S)
+                           match=f"^no broker reachable at {address}: connected, but no "
+                           f"answer to ApiVersions within {SHORT_PROBE_MS} ms: it does not "
+                           "speak groupwire"):
+            await start(SILENT_CLIENTS[kind](address))
+
+
+async def test_a_connected_client_waits_for_a_silent_broker() -> None:
+    """Once connected, a broker that stops answering may be paused, not foreign: the
+    client retries until its request timeout (and says what it saw)."""
+    async for address in serve(_silent):
+        cluster = Cluster(address, request_timeout_ms=300,
+                          api_version_request_timeout_ms=100)
+        cluster._connected_once = True  # as after a first connection to the broker
+        with pytest.raises(BrokerNotAvailableError) as info:
+            await asyncio.wait_for(cluster.connection(), BOUND_S)
+        await cluster.close()
+    assert "no answer to ApiVersions within" in str(info.value)
+    assert isinstance(info.value.__cause__, NoApiVersionsAnswerError)
+
+
+def test_the_api_versions_probe_defaults_to_two_seconds() -> None:
+    assert Cluster("127.0.0.1:1").api_version_request_timeout_ms == 2000
+    with pytest.raises(ValueError, match="api_version_request_timeout_ms"):
+        Cluster("127.0.0.1:1", api_version_request_timeout_ms=0)
+
+
+async def test_health_of_a_silent_peer_is_said_within_the_probe() -> None:
+    async for address in serve(_silent):
+        host, port = address.split(":")
+        result = await asyncio.wait_for(check_health(host, int(port), LONG_MS / 1000),
+                                        BOUND_S + 1)
+    assert result["ok"] is False
+    assert "no answer to ApiVersions within 2000 ms: it does not speak groupwire" in str(
+        result["error"])
+
+
+async def test_a_cli_command_against_a_silent_peer_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    async for address in serve(_silent):
+        capsys.readouterr()
+        code = await asyncio.wait_for(asyncio.to_thread(
+            main, ["topics", "list", "--bootstrap", address, "--timeout-ms", str(LONG_MS)]),
+            BOUND_S + 3)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("groupwire ")]
+    assert len(lines) == 1, err
+    assert address in lines[0] and "does not speak groupwire" in lines[0]
 
 
 async def test_a_request_timeout_leaves_the_connection_open() -> None:

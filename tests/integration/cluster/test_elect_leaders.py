@@ -110,7 +110,7 @@ async def test_a_leader_moved_off_its_preferred_replica_is_moved_back(
     before = _state(cluster, 1)
     replicas = image_of(cluster, controller).topics["t"].replicas[1]
     moved = PartitionState(replicas[1], before.leader_epoch + 1, before.isr,
-                           before.partition_epoch + 1)
+                           before.partition_epoch + 1, before.isr_storage)
     await _write_state(cluster, 1, moved)
     await cluster.until(lambda: led_everywhere(cluster, "t", 3))
     assert (await _metadata_leaders(cluster, controller))[1] == (replicas[1],
@@ -125,7 +125,8 @@ async def test_a_leader_moved_off_its_preferred_replica_is_moved_back(
     # Once answered, the controller's image already shows the preferred leader, in the
     # next epoch, with the ISR kept; every broker's Metadata comes to say so.
     assert _state(cluster, 1) == PartitionState(replicas[0], moved.leader_epoch + 1,
-                                                before.isr, moved.partition_epoch + 1)
+                                                before.isr, moved.partition_epoch + 1,
+                                                before.isr_storage)
     await cluster.until(lambda: led_everywhere(cluster, "t", 3)
                         and all(image_of(cluster, n).partitions[("t", 1)].leader == replicas[0]
                                 for n in NODES))
@@ -168,14 +169,21 @@ async def test_only_the_controller_elects_and_the_sdk_finds_it(
     assert refused.error_message == (f"broker {other} is not the controller: broker "
                                      f"{controller} is")
     assert refused.replica_election_results == []
+    unknown = await cluster.send(controller, ElectLeadersRequest(election_type=2),
+                                 ElectLeadersResponse)
+    assert unknown.error_code == ErrorCode.INVALID_REQUEST
+    # Unclean, with every partition led: nothing to lose data for.
     unclean = await cluster.send(controller, ElectLeadersRequest(election_type=1),
                                  ElectLeadersResponse)
-    assert unclean.error_code == ErrorCode.INVALID_REQUEST
+    assert unclean.error_code == ErrorCode.NONE
+    assert {p.error_code for r in unclean.replica_election_results
+            for p in r.partition_result} == {ErrorCode.ELECTION_NOT_NEEDED}
 
     before = _state(cluster, 2)
     replicas = image_of(cluster, controller).topics["t"].replicas[2]
     await _write_state(cluster, 2, PartitionState(replicas[2], before.leader_epoch + 1,
-                                                  before.isr, before.partition_epoch + 1))
+                                                  before.isr, before.partition_epoch + 1,
+                                                  before.isr_storage))
     # Bootstrapped at a broker that is not the controller: routed to it.
     async with Admin(f"127.0.0.1:{cluster.brokers[other].port}",
                      request_timeout_ms=5000) as admin:

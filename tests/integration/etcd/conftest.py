@@ -31,10 +31,10 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def running_etcd(etcd: str, data_dir: Path, client: str, *extra: str,
-                 context: ssl.SSLContext | None = None) -> Iterator[None]:
+                 context: ssl.SSLContext | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """An etcd serving ``client`` (its log in ``data_dir``), healthy within
-    READY_WITHIN_S, killed and reaped on exit. ``extra``: more flags (TLS files);
-    ``context``: what the health check connects with."""
+    READY_WITHIN_S, killed and reaped on exit; its process, for tests that freeze it.
+    ``extra``: more flags (TLS files); ``context``: what the health check connects with."""
     peer = f"http://127.0.0.1:{_free_port()}"
     log = (data_dir / "etcd.log").open("wb")
     proc = subprocess.Popen(
@@ -56,7 +56,7 @@ def running_etcd(etcd: str, data_dir: Path, client: str, *extra: str,
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"etcd did not become healthy; see {data_dir / 'etcd.log'}")
             time.sleep(0.05)  # readiness poll at start-up only
-        yield
+        yield proc
     finally:
         proc.kill()
         proc.wait()

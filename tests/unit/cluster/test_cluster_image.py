@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from groupwire.broker.cluster.image import ClusterImage, ImageChange
 from groupwire.broker.cluster.keys import (
     ControllerInfo,
@@ -119,10 +117,25 @@ def test_unknown_keys_are_ignored() -> None:
     assert image.revision == etcd.revision
 
 
-def test_a_bad_value_raises_naming_the_key_and_leaves_the_image_as_it_was() -> None:
+def test_a_bad_value_is_skipped_naming_the_key_and_the_rest_of_the_batch_applies() -> None:
+    """One malformed value used to raise out of the watch and stop every broker's image
+    (issue 24): now that key keeps what it had and the shell logs why."""
     etcd, _ = _cluster()
     image = etcd.image()
+    before = image.partitions[("t", 0)]
     events = kill_broker(etcd, 1) + etcd.put(partition_key(CLUSTER, "t", 0), b"{oops")
-    with pytest.raises(ValueError, match="/groupwire/test/partitions/t/0"):
-        image.apply(events)
-    assert image.is_live(1) and image.revision < etcd.revision
+    change = image.apply(events)
+    assert not image.is_live(1) and change.brokers_removed == {1}
+    assert image.partitions[("t", 0)] == before
+    assert len(image.malformed) == 1 and "/groupwire/test/partitions/t/0" in image.malformed[0]
+    assert image.revision == etcd.revision
+    image.apply(etcd.put(partition_key(CLUSTER, "t", 1), b"[]"))
+    assert image.malformed and "partitions/t/1" in image.malformed[0]
+
+
+def test_a_read_skips_a_bad_value_too() -> None:
+    etcd, _ = _cluster()
+    etcd.put(partition_key(CLUSTER, "t", 0), b"not json")
+    image = etcd.image()
+    assert ("t", 0) not in image.partitions and image.is_live(1)
+    assert "partitions/t/0" in image.malformed[0]

@@ -85,6 +85,7 @@ REQUESTS: dict[int, Struct] = {
     ),
     1: struct(
         ("replica_id", "int", -1),
+        ("replica_epoch", Opt("long"), None),
         ("max_wait_ms", "int", 500),
         ("min_bytes", "int", 1),
         ("max_bytes", "int", 52428800),
