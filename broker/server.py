@@ -29,15 +29,14 @@ from groupwire.broker.coordinator import (
     CancelTimer,
     Coordinator,
     Renewal,
+    Reply,
     RequestContext,
     Result,
     SetTimer,
     TimerQueue,
 )
 from groupwire.broker.coordinator.events import GroupEvent
-from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.offsets_api import LONG_COMMIT, commit_size
-from groupwire.broker.coordinator.records import GroupMetadataRecord
 from groupwire.broker.durability import Durability
 from groupwire.broker.etcd.store import MetadataStore
 from groupwire.broker.fetch import FetchManager
@@ -51,7 +50,6 @@ from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, w
 from groupwire.broker.metrics_endpoint import MetricsEndpoint
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
-from groupwire.broker.pending_commits import PendingCommits
 from groupwire.broker.replication.cluster_apis import ClusterApis
 from groupwire.broker.replication.node import FIRST_READ_S, ClusterNode, ClusterStartError
 from groupwire.broker.security import (
@@ -101,17 +99,12 @@ from groupwire.protocol.messages import (
     ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
-    OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
     Request,
     Response,
-    SyncGroupResponse,
     TopicProduceResponse,
     response_type_for,
 )
@@ -204,7 +197,6 @@ class Broker:
         self._tls: ServerTls | None = None
         self.security = SecurityState((), CredentialTable(), (), ())
         """ACLs, users and SASL mechanisms: loaded from the data dir at start."""
-        self._pending_commits = PendingCommits()
         """OffsetCommits applied but not yet stored: hidden from OffsetFetch."""
         self._access: AccessControl | None = None
         self.cluster_security: ClusterSecurity | None = None
@@ -709,9 +701,6 @@ class Broker:
             request = guarded.request
             if guarded.finish is not None:
                 conn.finish_answer(cid, guarded.finish)
-        if type(request) is OffsetFetchRequest and self._pending_commits.pending(
-                request.group_id):
-            conn.finish_answer(cid, self._pending_commits.masker(request.group_id))
         handler = self._handlers.get(type(request))
         if handler is not None:
             handler(conn, cid, request)
@@ -726,19 +715,12 @@ class Broker:
         ctx = RequestContext(conn.conn_id, cid, client_id, conn.client_host, principal,
                              self.security.authorizer.is_super_user(principal))
         if type(request) is DeleteGroupsRequest and len(request.groups_names) > DELETE_CHUNK:
-            self._sliced(conn, cid, request, self._delete_groups_steps(ctx, request),
-                         lambda response: self._answer_when_durable(conn, cid, response))
+            self._sliced(conn, cid, request, self._delete_groups_steps(
+                ctx, request, lambda response: conn.reply(cid, response)), lambda _done: None)
             return
-        if type(request) is OffsetCommitRequest:
-            if commit_size(request) > LONG_COMMIT:
-                self._sliced(conn, cid, request, self._commit_steps(ctx, request),
-                             lambda _done: None)
-                return
-            undo = _CommitUndo(coordinator, request)
-            result = coordinator.handle(ctx, request, self._now())
-            undo.applied()
-            self.execute(result, on_failure=undo, on_settled=self._pending_commits.add(
-                request.group_id, undo.before, undo.after))
+        if type(request) is OffsetCommitRequest and commit_size(request) > LONG_COMMIT:
+            self._sliced(conn, cid, request, self._commit_steps(ctx, request),
+                         lambda _done: None)
             return
         self.execute(coordinator.handle(ctx, request, self._now()))
 
@@ -759,38 +741,42 @@ class Broker:
             write = yield from offsets_log.prepare_steps(prepared.group_id,
                                                          prepared.records, wall)
             yield
-        partitions = [(t.name, p.partition_index) for t in request.topics
-                      for p in t.partitions]
-        before = coordinator.offsets_snapshot(request.group_id, partitions)
         applied = coordinator.apply_commit(prepared)
-        settled = self._pending_commits.add(
-            request.group_id, before, coordinator.offsets_snapshot(request.group_id, partitions))
-        self.execute(applied.result, on_failure=applied.undo,
-                     prepared=write if applied.as_prepared else None, on_settled=settled)
+        self.execute(applied.result, prepared=write if applied.as_prepared else None)
         yield  # what the commit was built from (~50 000 objects) is freed in a step of its own
 
     def _delete_groups_steps(self, ctx: RequestContext, request: DeleteGroupsRequest,
-                             ) -> Steps[DeleteGroupsResponse]:
+                             answer: Callable[[DeleteGroupsResponse], None]) -> Steps[None]:
         """DeleteGroups of many groups, ``DELETE_CHUNK`` at a time: each group is deleted
         on its own, as Kafka's coordinator does (its answer is per group), so a request
-        of 10 000 need not hold the loop for the whole of it (~0.3 s, mostly events)."""
+        of 10 000 need not hold the loop for the whole of it (~0.3 s, mostly events).
+        Each chunk's answer is collected once its write settled; ``answer`` gets the
+        whole once every chunk's has."""
         coordinator = self.coordinator
         assert coordinator is not None
         names = request.groups_names
-        results: list[DeletableGroupResult] = []
-        for at in range(0, len(names), DELETE_CHUNK):
-            part = DeleteGroupsRequest(groups_names=names[at:at + DELETE_CHUNK])
-            result = coordinator.handle(ctx, part, self._now())
-            for reply in result.replies:
-                results.extend(reply.response.results)  # type: ignore[attr-defined]
-            self.execute(dataclasses.replace(result, replies=()))
-            yield
-        return DeleteGroupsResponse(results=results)
+        starts = range(0, len(names), DELETE_CHUNK)
+        parts: list[list[DeletableGroupResult]] = [[] for _ in starts]
+        left = len(parts)
 
-    def _answer_when_durable(self, conn: Peer, cid: int, response: Response) -> None:
-        """Answer once what was written so far is durable (as ``execute`` would)."""
-        assert self._durability is not None
-        self._durability.after_write(lambda _err: conn.reply(cid, response))
+        def collector(index: int) -> Callable[[Reply], bool]:
+            def collect(reply: Reply) -> bool:
+                nonlocal left
+                if (reply.conn_id, reply.correlation_id) != (ctx.conn_id, ctx.correlation_id):
+                    return False
+                response = reply.response
+                assert isinstance(response, DeleteGroupsResponse)
+                parts[index] = response.results
+                left -= 1
+                if left == 0:
+                    answer(DeleteGroupsResponse(results=[r for part in parts for r in part]))
+                return True
+            return collect
+
+        for index, at in enumerate(starts):
+            part = DeleteGroupsRequest(groups_names=names[at:at + DELETE_CHUNK])
+            self.execute(coordinator.handle(ctx, part, self._now()), collect=collector(index))
+            yield
 
     def _topic_handlers(self, topics: TopicApis) -> dict[type, Callable[..., None]]:
         """Non-group APIs by request type; everything else goes to the coordinator."""
@@ -1107,41 +1093,40 @@ class Broker:
 
     # --- executing coordinator results --------------------------------------------------
 
-    def execute(self, result: Result,
-                on_failure: Callable[[], None] | None = None,
-                prepared: PreparedWrite | None = None,
-                on_settled: Callable[[], None] | None = None) -> None:
-        """Do what the coordinator decided: persist, then answer; arm timers; emit events.
+    def execute(self, result: Result, prepared: PreparedWrite | None = None,
+                collect: Callable[[Reply], bool] | None = None) -> None:
+        """Do what the coordinator decided: arm timers, emit events, persist, answer.
 
-        ``on_failure`` runs if the records could not be written or made durable, before
-        the replies (which then say KAFKA_STORAGE_ERROR) go out. ``prepared``: records
-        already encoded (a large OffsetCommit's), written after ``result.records``.
-        ``on_settled`` runs once the records are stored or given up on, before the
-        replies (an OffsetCommit's new offsets become readable then: ``PendingCommits``).
+        A result with a write (``result.write``) has its records written (``prepared``:
+        records already encoded, a large OffsetCommit's, written after them); once they
+        are durable, and in a cluster in the ISR, the coordinator is told the outcome
+        (``stored``, or ``failed`` with Kafka's code for it), and the result of that,
+        which carries the replies it held, is executed in turn. ``collect`` sees each
+        reply first and takes those it returns True for (a sliced DeleteGroups gathers
+        its chunks' answers); the others are sent.
         """
         if result.timers:
             self._apply_timers(result.timers)
         if result.events:
             self._emit(result.events)
-        if result.records or prepared is not None:
+        token = result.write
+        if token is not None:
             failed, ends = self._persist(result, prepared)
             assert self._durability is not None
-            replies = result.replies
 
             def settled(failure: ErrorCode | None) -> None:
-                if failure is not None and on_failure is not None:
-                    on_failure()
-                if on_settled is not None:
-                    on_settled()
-                self._send_replies(replies, failure)
-                if failure is not None:
-                    self._group_writes_failed(result)
+                coordinator = self.coordinator
+                if coordinator is None:
+                    return
+                now = self._now()
+                self.execute(coordinator.stored(token, now) if failure is None
+                             else coordinator.failed(token, failure, now), collect=collect)
 
             def written(err: StorageError | None) -> None:
                 if failed or err is not None:
                     settled(ErrorCode.KAFKA_STORAGE_ERROR)
                 elif self.cluster is not None and ends:
-                    # Answered once the ISR has the records: a commit outlives its
+                    # Settled once the ISR has the records: a commit outlives its
                     # coordinator (the offsets topic is written with acks=all).
                     self._spawn(self._group_writes_replicated(ends, settled))
                 else:
@@ -1149,10 +1134,8 @@ class Broker:
 
             self._durability.after_write(written)
             return
-        if on_settled is not None:
-            on_settled()
         if result.replies:
-            self._send_replies(result.replies, None)
+            self._send_replies(result.replies, collect)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """A task answering a request later: awaited at close (``_deferred``)."""
@@ -1229,31 +1212,15 @@ class Broker:
 
         self._compactions[partition] = asyncio.get_running_loop().create_task(run())
 
-    def _send_replies(self, replies: tuple[object, ...], failure: ErrorCode | None) -> None:
-        """``failure``: why the records were not stored (storage, or replication in a
-        cluster): commits answer it per partition, SyncGroup COORDINATOR_NOT_AVAILABLE."""
+    def _send_replies(self, replies: tuple[Reply, ...],
+                      collect: Callable[[Reply], bool] | None = None) -> None:
         for reply in replies:
-            conn = self._connections.get(reply.conn_id)  # type: ignore[attr-defined]
+            if collect is not None and collect(reply):
+                continue
+            conn = self._connections.get(reply.conn_id)
             if conn is None:
                 continue
-            response: Response = reply.response  # type: ignore[attr-defined]
-            if failure is not None:
-                if isinstance(response, OffsetCommitResponse):
-                    response = _failed_commit(response, failure)
-                elif isinstance(response, SyncGroupResponse) and response.error_code == 0:
-                    response = _STORAGE_FAILED_SYNC
-            conn.reply(reply.correlation_id, response)  # type: ignore[attr-defined]
-
-    def _group_writes_failed(self, result: Result) -> None:
-        """Group metadata that did not reach the disk: the coordinator undoes the
-        generation it described (its SyncGroup answers already said so)."""
-        coordinator = self.coordinator
-        if coordinator is None:
-            return
-        for record in result.records:
-            if isinstance(record, GroupMetadataRecord):
-                self.execute(coordinator.group_write_failed(
-                    record.group_id, record.generation_id, self._now()))
+            conn.reply(reply.correlation_id, reply.response)
 
     def _emit(self, events: tuple[GroupEvent, ...]) -> None:
         store = self.store
@@ -1381,50 +1348,9 @@ def _storage_failed_produce(response: ProduceResponse, error: Exception) -> Prod
         for t in response.responses])
 
 
-class _CommitUndo:
-    """Reverts an OffsetCommit in the coordinator if its records were not written."""
-
-    __slots__ = ("_coordinator", "_group", "_partitions", "before", "after")
-
-    def __init__(self, coordinator: Coordinator, request: OffsetCommitRequest) -> None:
-        self._coordinator = coordinator
-        self._group = request.group_id
-        self._partitions = [(t.name, p.partition_index)
-                            for t in request.topics for p in t.partitions]
-        self.before = coordinator.offsets_snapshot(self._group, self._partitions)
-        self.after: dict[tuple[str, int], CommittedOffset | None] = {}
-
-    def applied(self) -> None:
-        """Remember what the commit set, so a later commit over it is left alone."""
-        self.after = self._coordinator.offsets_snapshot(self._group, self._partitions)
-
-    def __call__(self) -> None:
-        self._coordinator.revert_offsets(self._group, self.before, self.after)
-
-
-_STORAGE_FAILED_SYNC: Final = SyncGroupResponse(
-    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, assignment=b"")
-
-
 def _reply_fetch(conn: Peer, cid: int, response: FetchResponse, *, long: bool = False) -> None:
     if long:
         conn.answer_is_long(cid)
     conn.reply(cid, response)
 
 
-_COMMIT_FAILURES: Final = {
-    ErrorCode.KAFKA_STORAGE_ERROR: "offset not written: storage error",
-    ErrorCode.COORDINATOR_NOT_AVAILABLE:
-        "offset not replicated to --min-insync-replicas in time: commit again",
-    ErrorCode.NOT_COORDINATOR: "the coordinator moved before the offset was replicated",
-}
-
-
-def _failed_commit(response: OffsetCommitResponse,
-                   code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> OffsetCommitResponse:
-    return OffsetCommitResponse(topics=[
-        OffsetCommitResponseTopic(name=t.name, partitions=[
-            OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code,
-                                          error_message=_COMMIT_FAILURES[code])
-            for p in t.partitions])
-        for t in response.topics])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Iterable
 from types import MethodType
 from typing import Final
 
-from groupwire.broker.coordinator import expiry, hosting, loading, unloading
+from groupwire.broker.coordinator import expiry, hosting, loading, unloading, writes
 from groupwire.broker.coordinator.admin import (
     describe_steps,
     handle_delete,
@@ -23,11 +23,8 @@ from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
 from groupwire.broker.coordinator.heartbeat import Renewal, handle_heartbeat, renew
-from groupwire.broker.coordinator.history import Cause
 from groupwire.broker.coordinator.join import handle_join
 from groupwire.broker.coordinator.leave import handle_leave
-from groupwire.broker.coordinator.member import NO_PARTITIONS
-from groupwire.broker.coordinator.offsets import CommittedOffset
 from groupwire.broker.coordinator.offsets_api import (
     AppliedCommit,
     PreparedCommit,
@@ -36,7 +33,6 @@ from groupwire.broker.coordinator.offsets_api import (
     handle_offset_fetch,
     offset_commit_steps,
     offset_fetch_steps,
-    revert_commit,
 )
 from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from groupwire.broker.coordinator.ownership import NOT_YOURS, may_use, member_message
@@ -44,7 +40,6 @@ from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
 from groupwire.broker.coordinator.state import DEAD, GroupState
 from groupwire.broker.coordinator.sync import handle_sync
 from groupwire.broker.coordinator.timers import TimerKey
-from groupwire.broker.coordinator.transitions import Ignore
 from groupwire.broker.coordinator.view import CoreView
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
@@ -311,51 +306,34 @@ class Coordinator:
         """Every topic some group has a committed offset for."""
         return self._engine.offsets.topics()
 
-    # --- undoing a commit whose record was not written ----------------------------------
+    # --- a write's outcome ------------------------------------------------------------
+    # A Result with ``write`` holds its replies and its commits' offsets under that token
+    # until the shell reports the outcome here: exactly once per token, in any order.
 
-    def offsets_snapshot(self, group_id: str, partitions: Iterable[tuple[str, int]],
-                         ) -> dict[tuple[str, int], CommittedOffset | None]:
-        """The committed entries of these partitions now (None: none), for ``revert``."""
-        current = self._engine.offsets.of(group_id)
-        wanted = partitions if isinstance(partitions, list) else list(partitions)
-        return dict(zip(wanted, map(current.get, wanted), strict=True))  # C loops, not Python
-
-    def revert_offsets(self, group_id: str,
-                       before: dict[tuple[str, int], CommittedOffset | None],
-                       after: dict[tuple[str, int], CommittedOffset | None]) -> None:
-        """Put back ``before`` for partitions still holding what a commit set (``after``).
-
-        The shell calls this when a commit's record could not be made durable: the client
-        was told KAFKA_STORAGE_ERROR, so OffsetFetch must keep answering the old offset,
-        as it would after a restart. A partition committed over since is left alone.
-        """
-        revert_commit(self._engine, group_id, before, after)
-
-    # --- a group whose metadata was not written ------------------------------------
-
-    def group_write_failed(self, group_id: str, generation_id: int, now_ms: int) -> Result:
-        """The shell could not make the group's metadata for ``generation_id`` durable.
-
-        Kafka's rule for a leader's SyncGroup whose store failed: the members were told
-        COORDINATOR_NOT_AVAILABLE (the shell rewrote the answers), so their assignments are
-        reset and the group rebalances; the next completed generation is written again.
-        Nothing happens if the group has moved on since, or its state ignores this input
-        (only Stable acts on it: the transition table's ``WRITE_FAILED`` column).
-        """
+    def stored(self, token: int, now_ms: int) -> Result:
+        """Write ``token`` is durable (in a cluster, in the ISR): the offsets it committed
+        become what OffsetFetch reads, and its replies come out as they were."""
         engine = self._engine
         engine.out.reset()
-        group = engine.groups.get(group_id)
-        if (group is not None and not isinstance(group.row.write_failed, Ignore)
-                and group.generation_id == generation_id):
-            for member in group.members.values():
-                # Nobody was handed the unwritten assignment, and the disk refuses commits
-                # anyway: owning and releasing nothing until the next generation is exact
-                # for eager members and costs cooperative ones only refused commits.
-                member.assignment = b""
-                member.owned = member.releasing = NO_PARTITIONS
-            engine.prepare_rebalance(group, now_ms, Cause(
-                "member-rejoined", "group metadata not written (storage error); rejoin"))
+        writes.stored(engine, token)
         return engine.out.build()
+
+    def failed(self, token: int, code: ErrorCode, now_ms: int) -> Result:
+        """Write ``token`` did not happen, or is not known to have: the offsets it
+        committed are dropped (OffsetFetch never showed them); its replies come out
+        saying so (OffsetCommit partitions that said NONE say ``code``, a SyncGroup
+        answered NONE says COORDINATOR_NOT_AVAILABLE); a group whose metadata it held
+        for its current generation, if Stable, resets its assignments and rebalances
+        (Kafka's rule for a leader's SyncGroup whose store failed). ``code``:
+        KAFKA_STORAGE_ERROR, COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR."""
+        engine = self._engine
+        engine.out.reset()
+        writes.failed(engine, token, code, now_ms)
+        return engine.out.build()
+
+    def pending_writes(self) -> list[int]:
+        """Tokens of the writes whose outcome is not known yet, oldest first."""
+        return sorted(self._engine.out.held)
 
     # --- read-only views ------------------------------------------------------------
 

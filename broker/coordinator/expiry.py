@@ -198,7 +198,10 @@ def sweep_offsets(engine: Engine, now_ms: int) -> None:
     for group in list(engine.groups.values()):
         offsets = engine.offsets.of(group.group_id)
         if offsets:
+            pending = engine.offsets.pending(group.group_id)
             for tp in expired_offsets(group, offsets, now_ms, retention):
+                if pending and tp in pending:
+                    continue  # a commit of it awaits its write: Kafka keeps these too
                 engine.offsets.delete(group.group_id, tp)
                 engine.out.records.append(OffsetDeleteRecord(group.group_id, tp[0], tp[1]))
         if (DEAD in group.row.retention.moves_to

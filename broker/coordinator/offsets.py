@@ -22,20 +22,103 @@ class CommittedOffset:
 
 
 class OffsetStore:
-    """group -> partition -> last committed offset."""
+    """group -> partition -> committed offset, as stored; plus the offsets of commits
+    whose write is pending, staged under its token until it is stored or failed.
 
-    __slots__ = ("_by_group",)
+    Only stored offsets are read (OffsetFetch, retention, metrics): a commit is not
+    visible until its record is durable (and, in a cluster, in the ISR), as in Kafka's
+    coordinator runtime, which keeps a write's changes uncommitted until its append is
+    replicated and reverts them if it fails. Here the changes are kept aside instead, so
+    nothing is ever reverted: a failed write's entries are dropped.
+
+    Outcomes may arrive out of token order (a cluster settles each offsets partition on
+    its own): an entry applies only if no later write of the same partition was stored
+    before it. The later writes stored while an earlier one of the group is pending are
+    remembered (``_overtaken``) only until it settles."""
+
+    __slots__ = ("_by_group", "_staged", "_groups_of", "_overtaken")
 
     def __init__(self) -> None:
         self._by_group: dict[str, dict[TP, CommittedOffset]] = {}
+        self._staged: dict[str, dict[int, dict[TP, CommittedOffset]]] = {}
+        """group -> token -> entries, tokens in increasing order."""
+        self._groups_of: dict[int, list[str]] = {}
+        """token -> the groups it staged entries of."""
+        self._overtaken: dict[str, list[tuple[int, Collection[TP]]]] = {}
+        """group -> (token, partitions) of writes stored while an earlier one pends."""
 
     def commit(self, group_id: str, tp: TP, value: CommittedOffset) -> None:
+        """Store ``value`` now (replaying the log: it is stored already)."""
         self._by_group.setdefault(group_id, {})[tp] = value
 
-    def for_commit(self, group_id: str) -> dict[TP, CommittedOffset]:
-        """The group's offsets to commit into (created if it has none): a commit of many
-        partitions stores each with one dict assignment, not a call."""
-        return self._by_group.setdefault(group_id, {})
+    def stage(self, token: int, group_id: str) -> dict[TP, CommittedOffset]:
+        """The group's entries staged under ``token`` (created empty): a commit of many
+        partitions stages each with one dict assignment, not a call."""
+        by_token = self._staged.get(group_id)
+        if by_token is None:
+            by_token = self._staged[group_id] = {}
+        entries = by_token.get(token)
+        if entries is None:
+            entries = by_token[token] = {}
+            self._groups_of.setdefault(token, []).append(group_id)
+        return entries
+
+    def store(self, token: int) -> None:
+        """The write ``token`` is stored: its entries become the stored offsets, each
+        unless a later write of its partition was stored first."""
+        for group_id in self._groups_of.pop(token, ()):
+            by_token = self._staged.get(group_id)
+            entries = by_token.pop(token, None) if by_token is not None else None
+            if by_token is None or entries is None:
+                continue  # dropped meanwhile (group deleted, topic deleted, unloaded)
+            overtakes = bool(by_token) and next(iter(by_token)) < token
+            written = frozenset(entries) if overtakes else frozenset()
+            later = self._overtaken.get(group_id)
+            if later:
+                newer = [keys for t, keys in later if t > token]
+                if newer:
+                    entries = {tp: value for tp, value in entries.items()
+                               if not any(tp in keys for keys in newer)}
+            if entries:
+                stored = self._by_group.get(group_id)
+                if stored is None:
+                    self._by_group[group_id] = entries
+                else:
+                    stored.update(entries)
+            if overtakes:
+                self._overtaken.setdefault(group_id, []).append((token, written))
+            self._settled(group_id, by_token)
+
+    def discard(self, token: int) -> None:
+        """The write ``token`` failed: its entries are dropped (stored ones never held
+        them, so there is nothing to put back)."""
+        for group_id in self._groups_of.pop(token, ()):
+            by_token = self._staged.get(group_id)
+            if by_token is not None and by_token.pop(token, None) is not None:
+                self._settled(group_id, by_token)
+
+    def _settled(self, group_id: str, by_token: dict[int, dict[TP, CommittedOffset]],
+                 ) -> None:
+        if not by_token:
+            del self._staged[group_id]
+            self._overtaken.pop(group_id, None)
+            return
+        later = self._overtaken.get(group_id)
+        if later:
+            oldest = next(iter(by_token))  # only writes pending before a stored one matter
+            kept = [(t, keys) for t, keys in later if t > oldest]
+            if kept:
+                self._overtaken[group_id] = kept
+            else:
+                del self._overtaken[group_id]
+
+    def pending(self, group_id: str) -> set[TP]:
+        """The group's partitions with a commit pending (retention leaves them alone,
+        as Kafka's does)."""
+        by_token = self._staged.get(group_id)
+        if not by_token:
+            return set()
+        return set().union(*by_token.values())
 
     def delete(self, group_id: str, tp: TP) -> None:
         offsets = self._by_group.get(group_id)
@@ -45,33 +128,51 @@ class OffsetStore:
                 del self._by_group[group_id]
 
     def of(self, group_id: str) -> dict[TP, CommittedOffset]:
+        """The group's stored offsets (none pending)."""
         return self._by_group.get(group_id, {})
 
     def has_offsets(self, group_id: str) -> bool:
-        return group_id in self._by_group
+        """Stored or pending ones (Kafka's ``hasOffsets`` counts pending commits)."""
+        return group_id in self._by_group or group_id in self._staged
 
     def group_ids(self) -> list[str]:
-        """The groups with committed offsets."""
-        return list(self._by_group)
+        """The groups with stored or pending offsets."""
+        ids = list(self._by_group)
+        ids.extend(g for g in self._staged if g not in self._by_group)
+        return ids
 
     def drop_group(self, group_id: str) -> list[TP]:
-        return sorted(self._by_group.pop(group_id, {}))
+        """Forget the group's offsets, pending ones too (a later ``store`` of their
+        write finds nothing); returns the partitions it had, sorted."""
+        gone = set(self._by_group.pop(group_id, {}))
+        by_token = self._staged.pop(group_id, None)
+        if by_token is not None:
+            self._overtaken.pop(group_id, None)
+            for entries in by_token.values():
+                gone.update(entries)
+        return sorted(gone)
 
     def drop_topics(self, topics: Collection[str]) -> list[tuple[str, TP]]:
-        """Forget every group's offsets for partitions of ``topics``; returns what went,
-        as ``(group, partition)`` sorted."""
-        dropped: list[tuple[str, TP]] = []
+        """Forget every group's offsets for partitions of ``topics``, pending ones too;
+        returns what went, as ``(group, partition)`` sorted."""
+        dropped: set[tuple[str, TP]] = set()
         for group_id, offsets in list(self._by_group.items()):
-            gone = sorted(tp for tp in offsets if tp[0] in topics)
+            gone = [tp for tp in offsets if tp[0] in topics]
             for tp in gone:
                 del offsets[tp]
-                dropped.append((group_id, tp))
+                dropped.add((group_id, tp))
             if not offsets:
                 del self._by_group[group_id]
+        for group_id, by_token in self._staged.items():
+            for entries in by_token.values():
+                gone = [tp for tp in entries if tp[0] in topics]
+                for tp in gone:
+                    del entries[tp]
+                    dropped.add((group_id, tp))
         return sorted(dropped)
 
     def topics(self) -> set[str]:
-        """Every topic some group has an offset for."""
+        """Every topic some group has a stored offset for."""
         return {tp[0] for offsets in self._by_group.values() for tp in offsets}
 
 

@@ -3,7 +3,6 @@ OffsetFetch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -59,7 +58,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
     fenced_member = (member if member is not None and engine.config.ownership_fencing
                      and group.is_consumer and member.owned is not None else None)
     group_id = group.group_id
-    committed = engine.offsets.of(group_id)  # {} if none yet: a new dict comes on first use
+    staged: dict[TP, CommittedOffset] | None = None  # what the write stores, on first use
     max_metadata = engine.config.offset_metadata_max_bytes
     short_metadata = max_metadata // 4  # see _refusal
     records = engine.out.records
@@ -84,10 +83,10 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
             if error is PARTITION_NOT_OWNED:
                 refused_all.append((name, index))
             elif error is NONE:
-                if not committed:
-                    committed = engine.offsets.for_commit(group_id)
+                if staged is None:
+                    staged = engine.offsets.stage(engine.out.token(), group_id)
                 offset = p.committed_offset
-                committed[(name, index)] = CommittedOffset(offset, metadata, now_ms)
+                staged[(name, index)] = CommittedOffset(offset, metadata, now_ms)
                 records.append(OffsetCommitRecord(group_id, name, index, offset, metadata,
                                                   commit_wall_ms))
             answers.append(OffsetCommitResponsePartition(partition_index=index, error_code=error))
@@ -142,9 +141,10 @@ def commit_size(req: OffsetCommitRequest) -> int:
 # Kafka's model: validate on arrival, apply when the records are appended. The first
 # step validates, renews the session and decides ownership refusals, as
 # handle_offset_commit does, atomically on arrival. The steps after it build the answer,
-# the cache entries and the encoded records without changing anything. apply_commit
-# then, in one piece, applies them, if nothing the validation read has changed
-# meanwhile; otherwise it runs handle_offset_commit then (a rebalance mid-way: rare).
+# the offsets to stage and the encoded records without changing anything. apply_commit
+# then, in one piece, stages them under the write's token, if nothing the validation
+# read has changed meanwhile; otherwise it runs handle_offset_commit then (a rebalance
+# mid-way: rare).
 
 
 @dataclass(eq=False, slots=True)
@@ -176,13 +176,12 @@ class PreparedCommit:
 @dataclass(frozen=True, slots=True)
 class AppliedCommit:
     """What :func:`apply_commit` did. ``as_prepared``: the shell writes the prepared
-    records (``result.records`` is empty); otherwise it fell back to the plain handler
-    and ``result.records`` are the records. ``undo`` reverts the commit in the cache if
-    they could not be made durable (a partition committed over since is left alone)."""
+    records (``result.records`` is empty; ``result.write`` is their token if any were
+    staged); otherwise it fell back to the plain handler and ``result.records`` are the
+    records."""
 
     result: Result
     as_prepared: bool
-    undo: Callable[[], None]
 
 
 def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,
@@ -254,32 +253,25 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
 
 
 def apply_commit(engine: Engine, prepared: PreparedCommit) -> AppliedCommit:
-    """Apply a prepared commit in one piece: its entries go into the offsets cache (each
-    partition's previous entry remembered for the undo), its answer and ``commit_fenced``
-    event come out. If what its arrival step decided on has changed since (a rebalance,
-    the member gone, a topic deleted or grown), ``handle_offset_commit`` runs instead."""
+    """Apply a prepared commit in one piece: its entries are staged under the write's
+    token, its answer (held until the outcome) and ``commit_fenced`` event come out. If
+    what its arrival step decided on has changed since (a rebalance, the member gone, a
+    topic deleted or grown), ``handle_offset_commit`` runs instead."""
     out = engine.out
     out.reset()
     if not _unchanged(engine, prepared):
         return _apply_afresh(engine, prepared)
-    group_id, tps, entries = prepared.group_id, prepared.tps, prepared.entries
-    before: list[CommittedOffset | None] = []
+    tps = prepared.tps
     if tps:
-        committed = engine.offsets.for_commit(group_id)
-        before = list(map(committed.get, tps))  # all read before any is set: C loops
-        committed.update(zip(tps, entries, strict=True))
+        engine.offsets.stage(out.token(), prepared.group_id).update(
+            zip(tps, prepared.entries, strict=True))  # a C loop
     member = prepared.member
     if prepared.refused and member is not None:
         engine.emit("commit_fenced", prepared.group, prepared.now_ms, member=member,
                     partitions=group_partitions(prepared.refused))
     ctx = prepared.ctx
     out.reply(ctx.conn_id, ctx.correlation_id, prepared.response)
-
-    def undo() -> None:
-        revert_commit(engine, group_id, dict(zip(tps, before, strict=True)),
-                dict(zip(tps, entries, strict=True)))
-
-    return AppliedCommit(_with_timers(out.build(), prepared.timers), True, undo)
+    return AppliedCommit(_with_timers(out.build(), prepared.timers), True)
 
 
 def _unchanged(engine: Engine, prepared: PreparedCommit) -> bool:
@@ -299,35 +291,13 @@ def _unchanged(engine: Engine, prepared: PreparedCommit) -> bool:
 
 
 def _apply_afresh(engine: Engine, prepared: PreparedCommit) -> AppliedCommit:
-    """The plain handler, now: what it changes is snapshotted for the undo (rare)."""
-    req, group_id = prepared.request, prepared.group_id
-    tps = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-    current = engine.offsets.of(group_id)
-    before = dict(zip(tps, map(current.get, tps), strict=True))
-    handle_offset_commit(engine, prepared.ctx, req, prepared.now_ms)
-    current = engine.offsets.of(group_id)
-    after = dict(zip(tps, map(current.get, tps), strict=True))
-    return AppliedCommit(_with_timers(engine.out.build(), prepared.timers), False,
-                         lambda: revert_commit(engine, group_id, before, after))
+    """The plain handler, now (rare)."""
+    handle_offset_commit(engine, prepared.ctx, prepared.request, prepared.now_ms)
+    return AppliedCommit(_with_timers(engine.out.build(), prepared.timers), False)
 
 
 def _with_timers(result: Result, timers: tuple[TimerOp, ...]) -> Result:
     return replace(result, timers=timers + result.timers) if timers else result
-
-
-def revert_commit(engine: Engine, group_id: str, before: dict[TP, CommittedOffset | None],
-                  after: dict[TP, CommittedOffset | None]) -> None:
-    """Put back ``before`` for partitions still holding what a commit set (``after``)."""
-    offsets = engine.offsets
-    current = offsets.of(group_id)
-    for tp, old in before.items():
-        new = after.get(tp)
-        if new is None or new is old or current.get(tp) is not new:
-            continue
-        if old is None:
-            offsets.delete(group_id, tp)
-        else:
-            offsets.commit(group_id, tp, old)
 
 
 def _validate(engine: Engine, ctx: RequestContext, req: OffsetCommitRequest,

@@ -26,7 +26,6 @@ from groupwire.protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
-    OffsetCommitResponse,
     Request,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
@@ -79,6 +78,8 @@ class Client:
     paused_until: int = 0       # a GC pause / frozen process: silent
     slow_until: int = 0         # the application does not poll: poll age grows
     generations_seen: list[int] = field(default_factory=list)
+    hb_cid: int | None = None   # a heartbeat whose answer waits (for a write's outcome)
+    hb_sent: int = 0
 
     def __post_init__(self) -> None:
         if self.conn < 0:
@@ -112,7 +113,9 @@ class Client:
         elif self.sync_cid is not None:
             self._on_sync()
         elif self.stable:
-            if now >= self.next_heartbeat:
+            if self.hb_cid is not None:
+                self._on_heartbeat()
+            elif now >= self.next_heartbeat:
                 self.heartbeat()
         else:
             self.join()
@@ -181,19 +184,29 @@ class Client:
 
     def heartbeat(self) -> None:
         now = self.world.now
-        cid = self._send(HeartbeatRequest(
+        self.hb_cid = self._send(HeartbeatRequest(
             group_id=GROUP, generation_id=self.generation_id, member_id=self.member_id,
             group_instance_id=self.instance_id, poll_age_ms=now - self.last_poll, wait_ms=0))
-        resp = self.world.reply(self.conn, cid)
-        assert isinstance(resp, HeartbeatResponse), "a wait_ms=0 heartbeat was parked"
+        self.hb_sent = now
+        self._on_heartbeat()
+
+    def _on_heartbeat(self) -> None:
+        """A wait_ms=0 heartbeat is answered at once unless its input wrote records (its
+        answer then waits for the write's outcome)."""
+        resp = self.world.reply(self.conn, self.hb_cid)
+        if resp is None:
+            assert self.world.hold_writes, "a wait_ms=0 heartbeat was parked"
+            return
+        assert isinstance(resp, HeartbeatResponse)
+        self.hb_cid = None
         code = ErrorCode(resp.error_code)
         if code is ErrorCode.NONE:
-            self.next_heartbeat = now + self.interval_ms
+            self.next_heartbeat = self.hb_sent + self.interval_ms
         else:
             self._rejoin(code)
 
     def _rejoin(self, code: ErrorCode) -> None:
-        self.stable, self.owned = False, []
+        self.stable, self.owned, self.hb_cid = False, [], None
         if code is ErrorCode.FENCED_INSTANCE_ID:
             self.crash_state()
             return
@@ -207,7 +220,7 @@ class Client:
 
     def crash_state(self) -> None:
         self.down, self.stable, self.owned = True, False, []
-        self.join_cid = self.sync_cid = None
+        self.join_cid = self.sync_cid = self.hb_cid = None
 
     def crash(self) -> None:
         """The process dies: its connection closes, then silence."""
@@ -222,6 +235,7 @@ class Client:
         if self.join_cid is not None or self.sync_cid is not None:
             self.join_cid = self.sync_cid = None
             self.stable = False
+        self.hb_cid = None
 
     def restart(self) -> None:
         """A new process: a dynamic member gets a new id, a static one replaces its old
@@ -242,17 +256,15 @@ class Client:
         self.member_id, self.generation_id = "", -1
 
     def commit(self, offsets: dict[tuple[str, int], int], generation_id: int,
-               member_id: str) -> dict[tuple[str, int], ErrorCode]:
+               member_id: str) -> int:
+        """Send an OffsetCommit; returns its correlation id (the answer may wait for
+        its write's outcome: the checker sees it when it comes)."""
         by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
         for (topic, p), offset in offsets.items():
             by_topic.setdefault(topic, []).append(OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=offset))
-        cid = self._send(OffsetCommitRequest(
+        return self._send(OffsetCommitRequest(
             group_id=GROUP, generation_id=generation_id, member_id=member_id,
             group_instance_id=self.instance_id,
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps)
                     for t, ps in by_topic.items()]))
-        resp = self.world.reply(self.conn, cid)
-        assert isinstance(resp, OffsetCommitResponse), "a commit was parked"
-        return {(t.name, p.partition_index): ErrorCode(p.error_code)
-                for t in resp.topics for p in t.partitions}

@@ -19,6 +19,8 @@ from groupwire.protocol.messages import (
     DescribedGroup,
     JoinGroupRequest,
     JoinGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     Request,
     Response,
     SyncGroupRequest,
@@ -33,6 +35,12 @@ LEGAL: Final[frozenset[tuple[GroupState, GroupState]]] = frozenset(
      (COMPLETING_REBALANCE, PREPARING_REBALANCE), (PREPARING_REBALANCE, COMPLETING_REBALANCE),
      (PREPARING_REBALANCE, EMPTY), (COMPLETING_REBALANCE, STABLE)}
     | {(s, DEAD) for s in GroupState if s is not DEAD})
+
+
+WRITE_FAILED: Final = frozenset({ErrorCode.KAFKA_STORAGE_ERROR,
+                                 ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 ErrorCode.NOT_COORDINATOR})
+"""What a commit accepted but whose write failed answers: not a refusal."""
 
 
 class InvariantError(AssertionError):
@@ -57,8 +65,15 @@ class Checker:
         self.described: DescribedGroup | None = None
         self.commits_accepted = 0
         self._assignments: dict[bytes, list[tuple[str, list[int]]]] = {}
+        # offsets: what OffsetFetch must show, from the commits answered NONE
+        self.expected: dict[tuple[str, int], int] = {}
+        self._token_of: dict[tuple[str, int], int] = {}
+        self._commit_context: dict[tuple[int, int], tuple[DescribedGroup, str, int, bool]] = {}
+        self._early: dict[tuple[int, int], dict[tuple[str, int], ErrorCode]] = {}
+        self._reborn_after = 0  # requests up to this cid were to a group since deleted
         world.on_reply = self.saw_reply
         world.on_deleted = self.saw_deleted
+        world.on_offset_deleted = self.saw_offset_deleted
 
     def identity(self, member_id: str) -> str:
         instance = self.instance_of.get(member_id)
@@ -75,11 +90,26 @@ class Checker:
         if group_id == self.group_id:
             self.leaders.clear()
             self.owners.clear()
+            self.expected.clear()
+            self._token_of.clear()
+            # answers held for a write of the deleted group may come after this
+            self._reborn_after = self.world.last_cid
 
-    def saw_reply(self, request: Request, resp: Response) -> None:
-        """Every answer as the coordinator produces it (parked ones when released).
-        Answering a Join or Sync re-arms the member's session (Kafka), hence the renewal."""
-        if isinstance(resp, JoinGroupResponse) and isinstance(request, JoinGroupRequest):
+    def saw_offset_deleted(self, group_id: str, tp: tuple[str, int]) -> None:
+        """Expired (or otherwise tombstoned): OffsetFetch shows nothing for it now."""
+        if group_id == self.group_id:
+            self.expected.pop(tp, None)
+            self._token_of.pop(tp, None)
+
+    def saw_reply(self, key: tuple[int, int], request: Request, resp: Response) -> None:
+        """Every answer as the coordinator produces it (parked ones when released, held
+        ones when their write settles). Answering a Join or Sync re-arms the member's
+        session (Kafka), hence the renewal."""
+        if key[1] <= self._reborn_after and not isinstance(resp, OffsetCommitResponse):
+            return  # about the group deleted since, not the one of that name now
+        if isinstance(resp, OffsetCommitResponse) and isinstance(request, OffsetCommitRequest):
+            self.saw_commit_answer(key, request, resp)
+        elif isinstance(resp, JoinGroupResponse) and isinstance(request, JoinGroupRequest):
             self.saw_join(resp, request.group_instance_id)
         elif isinstance(resp, SyncGroupResponse) and isinstance(request, SyncGroupRequest):
             self.contact[request.member_id] = self.world.now
@@ -115,6 +145,44 @@ class Checker:
     def before_commit(self) -> DescribedGroup:
         return self.world.describe(self.group_id)
 
+    def sent_commit(self, key: tuple[int, int], before: DescribedGroup, member_id: str,
+                    generation_id: int, *, judge: bool, owned: bool = False,
+                    ) -> dict[tuple[str, int], ErrorCode] | None:
+        """A commit was sent as ``key``; with ``judge``, :meth:`saw_commit` judges its
+        answer (now, or when its write settles). Returns the answer's codes if it came."""
+        codes = self._early.pop(key, None)
+        if codes is not None:
+            if judge:
+                self.saw_commit(before, member_id, generation_id, codes, owned=owned)
+            return codes
+        if judge:
+            self._commit_context[key] = (before, member_id, generation_id, owned)
+        return None
+
+    def saw_commit_answer(self, key: tuple[int, int], request: OffsetCommitRequest,
+                          resp: OffsetCommitResponse) -> None:
+        """A commit's answer: each partition answered NONE is what OffsetFetch must show
+        from now on, unless a later write of it was stored first."""
+        codes = {(t.name, p.partition_index): ErrorCode(p.error_code)
+                 for t in resp.topics for p in t.partitions}
+        if request.group_id == self.group_id and key[1] > self._reborn_after and any(
+                c is ErrorCode.NONE for c in codes.values()):
+            token = self.world.write_of.get(key)
+            if token is None:
+                raise InvariantError(f"commit {key} answered NONE without a write")
+            for t in request.topics:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    if codes.get(tp) is ErrorCode.NONE and token > self._token_of.get(tp, 0):
+                        self.expected[tp] = p.committed_offset
+                        self._token_of[tp] = token
+        context = self._commit_context.pop(key, None)
+        if context is None:
+            self._early[key] = codes
+        else:
+            before, member_id, generation_id, owned = context
+            self.saw_commit(before, member_id, generation_id, codes, owned=owned)
+
     def saw_commit(self, before: DescribedGroup, member_id: str, generation_id: int,
                    codes: dict[tuple[str, int], ErrorCode], *, owned: bool = False) -> None:
         """``owned``: the partitions are the ones this member was assigned; then a Stable
@@ -122,7 +190,8 @@ class Checker:
         current_ids = {m.member_id for m in before.members}
         if (owned and before.group_state == STABLE.value and member_id in current_ids
                 and generation_id == before.generation_id
-                and any(c is not ErrorCode.NONE for c in codes.values())):
+                and any(c is not ErrorCode.NONE and c not in WRITE_FAILED
+                        for c in codes.values())):
             raise InvariantError(f"Stable group refused a commit of its own partitions from "
                                  f"current member {member_id!r}: {codes}")
         if not codes or any(c is not ErrorCode.NONE for c in codes.values()):
@@ -168,10 +237,38 @@ class Checker:
         self.members = ids
         self._check_leaders()
         self._check_deadlines(ids, now)
+        self._check_offsets()
         if state == STABLE.value:
             self._check_stable(g)
         elif state in (EMPTY.value, DEAD.value, "") and ids:
             raise InvariantError(f"{state or 'absent'} group has members {sorted(ids)}")
+
+    def _check_offsets(self) -> None:
+        """OffsetFetch shows only offsets whose commit was answered NONE, and never
+        loses one unless committed over (or expired, or the group deleted)."""
+        shown = self.world.offsets(self.group_id)
+        for tp, offset in shown.items():
+            if tp not in self.expected:
+                raise InvariantError(f"OffsetFetch shows {offset} for {tp}, which no "
+                                     f"commit answered NONE set")
+            if offset != self.expected[tp]:
+                raise InvariantError(f"OffsetFetch shows {offset} for {tp}; the last "
+                                     f"commit answered NONE set {self.expected[tp]}")
+        lost = sorted(set(self.expected) - set(shown))
+        if lost:
+            raise InvariantError(f"committed offsets lost from OffsetFetch: {lost}")
+
+    def check_settled(self) -> None:
+        """Once every write settled: every request that wrote was answered exactly once
+        (twice is caught as it happens), unless its connection closed."""
+        world = self.world
+        if world.coord.pending_writes():
+            raise InvariantError(f"writes never settled: {world.coord.pending_writes()}")
+        unanswered = sorted(key for key in world.write_of
+                            if key not in world.replies and key[0] not in world.closed)
+        if unanswered:
+            raise InvariantError(f"requests never answered: {unanswered}")
+        self._check_offsets()
 
     def _check_leader(self, generation: int) -> None:
         who = {self.identity(r) for r in self.leaders[generation]}

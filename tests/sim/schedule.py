@@ -1,5 +1,9 @@
 """One seeded schedule: N clients, a fault injector and the clock, all driven by one
-``random.Random(seed)``; invariants after every step. Same seed, same run."""
+``random.Random(seed)``; invariants after every step. Same seed, same run.
+
+Half the schedules also hold every write's outcome (the shell's disk and replication):
+a second generator from the seed settles the held writes stored or failed, in random
+orders and after random delays, and drains them all at the end."""
 
 from __future__ import annotations
 
@@ -72,10 +76,45 @@ def run_schedule(seed: int, steps: int = DEFAULT_STEPS, stats: Stats | None = No
     return stats
 
 
+OUTCOME_CODES = (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                 ErrorCode.NOT_COORDINATOR)
+
+
+@dataclass
+class Outcomes:
+    """How a schedule settles held writes: each step, each pending one with probability
+    ``settle`` (in a shuffled order), failed with probability ``fail``."""
+
+    rng: random.Random
+    settle: float
+    fail: float
+
+    def step(self, world: World, drain: bool = False) -> list[str]:
+        pending = list(world.pending)
+        self.rng.shuffle(pending)
+        done: list[str] = []
+        for token in pending:
+            if not drain and self.rng.random() >= self.settle:
+                continue
+            code = self.rng.choice(OUTCOME_CODES) if self.rng.random() < self.fail else None
+            world.settle(token, code)
+            done.append(f"{token}:{'stored' if code is None else code.name}")
+        return done
+
+
+def _outcomes(seed: int) -> Outcomes | None:
+    """From the seed, apart from the fault schedule's generator."""
+    rng = random.Random(f"outcomes-{seed}")
+    if rng.random() < 0.5:
+        return None
+    return Outcomes(rng, rng.choice([0.3, 0.6, 0.9]), rng.choice([0.0, 0.2, 0.5]))
+
+
 def _run(seed: int, steps: int, stats: Stats, log: list[str]) -> None:
     rng = random.Random(seed)
     config = make_config(rng)
     world = World(config, dict(TOPICS))
+    outcomes = _outcomes(seed)
     n = rng.randint(2, 5)
     sessions = [rng.choice([1000, 1500, 3000]) for _ in range(n)]
     rebalances = [rng.choice([2000, 4000]) for _ in range(n)]
@@ -90,6 +129,9 @@ def _run(seed: int, steps: int, stats: Stats, log: list[str]) -> None:
                            f"R={c.rebalance_timeout_ms}, topics={c.topics})" for c in clients))
     weights = WEIGHTS if rng.random() < 0.5 else STORMY
     log[0] += f"; {'calm' if weights is WEIGHTS else 'stormy'}"
+    if outcomes is not None:
+        world.hold_writes = True
+        log[0] += f"; writes held (settle {outcomes.settle}, fail {outcomes.fail})"
     generations: set[int] = set()
     for step in range(steps):
         order = list(clients)
@@ -103,6 +145,10 @@ def _run(seed: int, steps: int, stats: Stats, log: list[str]) -> None:
         what = _inject(fault, c, rng, world, checker)
         dt = rng.choice([20, 50, 100, 200, 400])
         log[-1] = f"t={at} {what}; then {dt} ms"
+        if outcomes is not None:
+            settled = outcomes.step(world)
+            if settled:
+                log[-1] += f"; settled {' '.join(settled)}"
         stats.faults[fault] = stats.faults.get(fault, 0) + 1
         world.step_through(dt)
         checker.check(frozenset(c.member_id for c in clients if c.parked))
@@ -110,6 +156,10 @@ def _run(seed: int, steps: int, stats: Stats, log: list[str]) -> None:
             generations.add(checker.described.generation_id)
         stats.steps += 1
         del step
+    if outcomes is not None:
+        log.append(f"t={world.now} drain ...")
+        log[-1] = f"t={world.now} drained {' '.join(outcomes.step(world, drain=True))}"
+    checker.check_settled()
     stats.commits_accepted += checker.commits_accepted
     stats.generations += len(generations)
 
@@ -137,9 +187,9 @@ def _inject(fault: str, c: Client, rng: random.Random, world: World,
         case "commit" if c.stable and not c.down:
             parts = c.owned or [("t", 0)]
             before = checker.before_commit()
-            codes = c.commit({tp: now for tp in parts}, c.generation_id, c.member_id)
-            checker.saw_commit(before, c.member_id, c.generation_id, codes,
-                               owned=bool(c.owned))
+            cid = c.commit({tp: now for tp in parts}, c.generation_id, c.member_id)
+            codes = checker.sent_commit((c.conn, cid), before, c.member_id, c.generation_id,
+                                        judge=True, owned=bool(c.owned))
             return f"commit {c.name} gen {c.generation_id} {parts} -> {_codes(codes)}"
         case "stale_commit" if c.member_id and not c.down:
             return _stale_commit(c, rng, checker, now)
@@ -158,11 +208,13 @@ def _stale_commit(c: Client, rng: random.Random, checker: Checker, now: int) -> 
                              c.generation_id])
     member_id = rng.choice([c.member_id, c.member_id + "x", ""])
     before: DescribedGroup = checker.before_commit()
-    codes = c.commit({("t", rng.randrange(TOPICS["t"])): now}, generation, member_id)
-    if generation >= 0 or member_id:
-        checker.saw_commit(before, member_id, generation, codes)
+    cid = c.commit({("t", rng.randrange(TOPICS["t"])): now}, generation, member_id)
+    codes = checker.sent_commit((c.conn, cid), before, member_id, generation,
+                                judge=generation >= 0 or bool(member_id))
     return f"stale commit {c.name} as {member_id!r} gen {generation} -> {_codes(codes)}"
 
 
-def _codes(codes: Mapping[tuple[str, int], ErrorCode]) -> str:
+def _codes(codes: Mapping[tuple[str, int], ErrorCode] | None) -> str:
+    if codes is None:
+        return "held"
     return ",".join(sorted({v.name for v in codes.values()}))

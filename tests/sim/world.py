@@ -2,6 +2,8 @@
 
 Time only moves when the schedule says so; every timer fires at its own deadline
 (``step_through``) or, for a clock jump, all at the jumped-to instant (``jump``).
+Writes are stored at once, or, with ``hold_writes``, wait in ``pending`` until the
+schedule settles them (``settle``): stored or failed, in any order.
 """
 
 from __future__ import annotations
@@ -12,15 +14,20 @@ from collections.abc import Callable
 from groupwire.broker.coordinator import (
     Coordinator,
     CoordinatorConfig,
+    OffsetDeleteRecord,
     RequestContext,
     Result,
     TimerQueue,
 )
 from groupwire.broker.coordinator.state import GroupState
+from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     Request,
     Response,
 )
@@ -43,13 +50,23 @@ class World:
         self.transitions: list[Transition] = []
         self.requests: dict[tuple[int, int], Request] = {}
         # hooks the checker installs: every reply as it is produced, every group deletion
-        self.on_reply: Callable[[Request, Response], None] = lambda req, resp: None
+        self.on_reply: Callable[[tuple[int, int], Request, Response], None] = (
+            lambda key, req, resp: None)
         self.on_deleted: Callable[[str], None] = lambda group_id: None
+        self.on_offset_deleted: Callable[[str, tuple[str, int]], None] = lambda g, tp: None
+        self.hold_writes = False
+        self.pending: list[int] = []
+        """Tokens of the writes held, oldest first."""
+        self.write_of: dict[tuple[int, int], int] = {}
+        """(conn, cid) -> the token of the write its request made."""
         self._cids = itertools.count(1)
+        self.last_cid = 0
         self._conns = itertools.count(1)
         self.apply(self.coord.start(self.now))
 
-    def apply(self, result: Result) -> None:
+    def apply(self, result: Result, *, settled: bool = False) -> None:
+        """``settled``: the result of a write's outcome, whose replies may be for
+        connections closed meanwhile (the shell drops those)."""
         # every state move, as the result reports it (the legality is judged by the
         # simulator's own table, not the coordinator's)
         self.transitions.extend((source, target) for _, source, target in result.transitions)
@@ -57,25 +74,48 @@ class World:
         for event in result.events:
             if event.type == "group_deleted":
                 self.on_deleted(event.group_id)
+        for record in result.records:
+            if isinstance(record, OffsetDeleteRecord):
+                self.on_offset_deleted(record.group_id, (record.topic, record.partition))
         for reply in result.replies:
             key = (reply.conn_id, reply.correlation_id)
             if key in self.replies:
                 raise AssertionError(f"request {key} answered twice")
             if reply.conn_id in self.closed:
+                if settled:  # dropped by the shell; a commit's answer still tells
+                    request = self.requests.pop(key, None)  # what it stored
+                    if isinstance(reply.response, OffsetCommitResponse) and request:
+                        self.on_reply(key, request, reply.response)
+                    continue
                 raise AssertionError(f"reply on closed connection {key}")
             self.replies[key] = reply.response
             request = self.requests.pop(key, None)
             if request is not None:
-                self.on_reply(request, reply.response)
+                self.on_reply(key, request, reply.response)
+        if result.write is not None:
+            if self.hold_writes:
+                self.pending.append(result.write)
+            else:
+                self.apply(self.coord.stored(result.write, self.now), settled=True)
+
+    def settle(self, token: int, code: ErrorCode | None) -> None:
+        """The held write ``token`` is stored (``code`` None) or failed with ``code``."""
+        self.pending.remove(token)
+        self.apply(self.coord.stored(token, self.now) if code is None
+                   else self.coord.failed(token, code, self.now), settled=True)
+        self.fire_due()
 
     def new_conn(self) -> int:
         return next(self._conns)
 
     def send(self, request: Request, conn: int, client_id: str) -> int:
-        cid = next(self._cids)
+        cid = self.last_cid = next(self._cids)
         self.requests[(conn, cid)] = request
-        self.apply(self.coord.handle(RequestContext(conn, cid, client_id, "/sim"), request,
-                                     self.now))
+        result = self.coord.handle(RequestContext(conn, cid, client_id, "/sim"), request,
+                                   self.now)
+        if result.write is not None:
+            self.write_of[(conn, cid)] = result.write
+        self.apply(result)
         self.fire_due()
         return cid
 
@@ -107,10 +147,20 @@ class World:
         self.fire_due()
 
     def describe(self, group_id: str) -> DescribedGroup:
-        cid = next(self._cids)
+        cid = self.last_cid = next(self._cids)
         result = self.coord.handle(RequestContext(DESCRIBE_CONN, cid, "sim", "/sim"),
                                    DescribeGroupsRequest(groups=[group_id]), self.now)
         self.apply(result)
         resp = self.replies.pop((DESCRIBE_CONN, cid))
         assert isinstance(resp, DescribeGroupsResponse)
         return resp.groups[0]
+
+    def offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """What OffsetFetch shows for the group now."""
+        cid = self.last_cid = next(self._cids)
+        self.apply(self.coord.handle(RequestContext(DESCRIBE_CONN, cid, "sim", "/sim"),
+                                     OffsetFetchRequest(group_id=group_id), self.now))
+        resp = self.replies.pop((DESCRIBE_CONN, cid))
+        assert isinstance(resp, OffsetFetchResponse)
+        return {(t.name, p.partition_index): p.committed_offset
+                for t in resp.topics for p in t.partitions}

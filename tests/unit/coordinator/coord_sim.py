@@ -87,6 +87,10 @@ class Sim:
         self.events: list[GroupEvent] = []
         self.results: list[Result] = []
         self.closed: set[int] = set()
+        self.hold_writes = False
+        """False: every write is stored at once (as a shell whose disk never fails);
+        True: writes wait in ``held`` for :meth:`stored` or :meth:`failed`."""
+        self.held: list[int] = []
         self._cids = itertools.count(1)
         self._conns = itertools.count(1)
         if start:
@@ -94,7 +98,9 @@ class Sim:
 
     # --- the shell's job ------------------------------------------------------------
 
-    def apply(self, result: Result) -> Result:
+    def apply(self, result: Result, *, settled: bool = False) -> Result:
+        """Execute ``result``; ``settled``: it carries the replies a write held (the
+        shell drops those whose connection closed meanwhile)."""
         self.results.append(result)
         self.timers.apply(result.timers)
         self.events.extend(result.events)
@@ -102,9 +108,28 @@ class Sim:
         for reply in result.replies:
             key = (reply.conn_id, reply.correlation_id)
             assert key not in self.replies, f"request {key} answered twice"
+            if settled and reply.conn_id in self.closed:
+                continue
             assert reply.conn_id not in self.closed, f"reply on closed connection {key}"
             self.replies[key] = reply.response
+        if result.write is not None:
+            if self.hold_writes:
+                self.held.append(result.write)
+            else:
+                self.stored(result.write)
         return result
+
+    def stored(self, token: int) -> Result:
+        """The write ``token`` is durable."""
+        if token in self.held:
+            self.held.remove(token)
+        return self.apply(self.coord.stored(token, self.now), settled=True)
+
+    def failed(self, token: int, code: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> Result:
+        """The write ``token`` did not happen."""
+        if token in self.held:
+            self.held.remove(token)
+        return self.apply(self.coord.failed(token, code, self.now), settled=True)
 
     def new_conn(self) -> int:
         return next(self._conns)

@@ -77,6 +77,13 @@ def _ctx() -> RequestContext:
     return RequestContext(7, next(_cids), "c", "/10.0.0.7")
 
 
+def _answer(sim: Sim, ctx: RequestContext) -> OffsetCommitResponse:
+    """The answer the request got (once its write was stored, if it wrote)."""
+    response = sim.reply(ctx.conn_id, ctx.correlation_id)
+    assert isinstance(response, OffsetCommitResponse)
+    return response
+
+
 def _big(offset: int, *, extra: bool = True) -> dict[tuple[str, int], tuple[int, str | None]]:
     """Every big partition; with ``extra``, errors of every kind too."""
     offsets: dict[tuple[str, int], tuple[int, str | None]] = {
@@ -131,7 +138,8 @@ def _same_as_handle(script: Callable[[World], OffsetCommitRequest]) -> int:
     ctx = _ctx()
     expected = old[0].apply(old[0].coord.handle(ctx, req, old[0].now))
     yields, result, applied, prepared = _stepped(new[0], ctx, req)
-    assert result.replies == expected.replies
+    assert _answer(new[0], ctx) == _answer(old[0], ctx)
+    assert (result.write is None) == (expected.write is None)
     assert (result.timers, result.events, result.transitions) == (
         expected.timers, expected.events, expected.transitions)
     assert _written(result, applied, prepared) == list(expected.records)
@@ -197,10 +205,13 @@ def test_nothing_changes_until_the_apply_and_other_inputs_run_between_steps() ->
     built = run_steps(steps)
     assert isinstance(built, PreparedCommit)
     assert sim.coord.committed("g") == before
+    ctx = built.ctx
     applied = sim.coord.apply_commit(built)
-    sim.apply(applied.result)
+    assert applied.result.replies == () and applied.result.write is not None  # held
+    assert sim.coord.committed("g") == before  # staged, not stored
+    sim.apply(applied.result)  # stored at once
     assert sim.coord.committed("g") == {("big", p): 10 + p for p in range(2000)}
-    assert [r.response for r in applied.result.replies] == [built.response]
+    assert _answer(sim, ctx) == built.response
     # the arrival step's session timer comes with the apply, earlier than the deadline
     # the heartbeat set since: it fires early and is armed again, nothing more
     sim.advance(9_995)
@@ -221,6 +232,7 @@ def test_a_commit_applied_later_wins_over_one_applied_between_its_steps() -> Non
     assert isinstance(built, PreparedCommit)
     applied = sim.coord.apply_commit(built)
     assert applied.as_prepared
+    sim.apply(applied.result)
     assert sim.coord.committed("g") == {("big", p): 100 + p for p in range(2000)}
 
 
@@ -237,15 +249,15 @@ def test_a_rebalance_between_steps_falls_back_to_the_plain_handler() -> None:
     req = _request(new_a, "g", _big(10))
     ctx = _ctx()
     rebalance(old_sim, old_a, old_b)
-    expected = old_sim.apply(old_sim.coord.handle(ctx, req, old_sim.now))
-    assert {p.error_code for t in expected.replies[0].response.topics  # type: ignore[attr-defined]
+    old_sim.apply(old_sim.coord.handle(ctx, req, old_sim.now))
+    assert {p.error_code for t in _answer(old_sim, ctx).topics
             for p in t.partitions} == {ErrorCode.ILLEGAL_GENERATION}
 
     _, result, applied, _ = _stepped(new_sim, ctx, req,
                                      meanwhile=lambda: rebalance(new_sim, new_a, new_b))
     assert applied is not None and not applied.as_prepared
-    assert result.replies == expected.replies
-    assert result.records == ()
+    assert _answer(new_sim, ctx) == _answer(old_sim, ctx)
+    assert result.records == () and result.write is None
     assert new_sim.coord.committed("g") == old_sim.coord.committed("g")
 
 
@@ -266,34 +278,47 @@ def test_a_topic_deleted_between_steps_is_not_committed() -> None:
     assert sim.coord.committed("g") == {}
 
 
-# --- the undo of a commit whose records were not written -----------------------------
+# --- a commit whose write failed ----------------------------------------------------
 
 
-def test_the_undo_puts_back_what_the_commit_replaced_and_spares_later_commits() -> None:
+def test_a_failed_large_commit_leaves_the_stored_offsets_and_spares_later_commits() -> None:
     sim, a, _b = _world()
     sim.apply(sim.coord.handle(_ctx(), _request(a, "g", {("big", 0): (1, None),
                                                          ("big", 1): (1, None)}), sim.now))
     before = sim.coord.committed("g")
-    _, _, applied, _ = _stepped(sim, _ctx(), _request(a, "g", _big(10)))
-    assert applied is not None and applied.as_prepared
+    ctx = _ctx()
+    sim.hold_writes = True
+    _, result, applied, _ = _stepped(sim, ctx, _request(a, "g", _big(10)))
+    sim.hold_writes = False
+    assert applied is not None and applied.as_prepared and sim.held == [result.write]
+    assert sim.reply(ctx.conn_id, ctx.correlation_id) is None  # held
     assert a.commit({("big", 7): 99}) == {("big", 7): ErrorCode.NONE}  # committed over
-    applied.undo()
+    assert sim.coord.committed("g") == {**before, ("big", 7): 99}  # nothing pending shows
+    assert result.write is not None
+    sim.failed(result.write)
     assert sim.coord.committed("g") == {**before, ("big", 7): 99}
+    codes = {(t.name, p.partition_index): p.error_code for t in _answer(sim, ctx).topics
+             for p in t.partitions}
+    assert codes[("big", 0)] == codes[("t", 0)] == ErrorCode.KAFKA_STORAGE_ERROR
+    assert codes[("nope", 0)] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # refusals stay
+    assert codes[("t", 1)] == ErrorCode.PARTITION_NOT_OWNED
 
 
-def test_the_undo_of_a_fallback_puts_back_what_it_replaced() -> None:
+def test_a_failed_fallback_commit_leaves_the_stored_offsets() -> None:
     sim, _a, _b = _world()
 
     def delete_and_recreate() -> None:  # another Group object: the apply falls back
         sim.call(DeleteGroupsRequest(groups_names=["simple"]))
         sim.call(_request(None, "simple", {("u", 1): (5, None), ("big", 9): (5, None)}))
+        sim.hold_writes = True
 
-    _, _, applied, _ = _stepped(sim, _ctx(), _request(None, "simple", _big(3)),
-                                meanwhile=delete_and_recreate)
+    _, result, applied, _ = _stepped(sim, _ctx(), _request(None, "simple", _big(3)),
+                                     meanwhile=delete_and_recreate)
+    sim.hold_writes = False
     assert applied is not None and not applied.as_prepared
-    assert sim.coord.committed("simple")[("big", 9)] == 12
-    assert sim.coord.committed("simple")[("big", 0)] == 3
-    applied.undo()
+    assert result.write is not None and result.records
+    assert sim.coord.committed("simple") == {("u", 1): 5, ("big", 9): 5}
+    sim.failed(result.write, ErrorCode.NOT_COORDINATOR)
     assert sim.coord.committed("simple") == {("u", 1): 5, ("big", 9): 5}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import SyncGroupResponse
 
@@ -141,21 +143,50 @@ def test_heartbeat_reschedules_session_only_when_accepted() -> None:
     assert a.hb() == ErrorCode.UNKNOWN_MEMBER_ID
 
 
-def test_a_failed_metadata_write_rebalances_only_the_stable_generation_it_stored() -> None:
+def _next_generation(sim: Sim, leader: Member, members: list[Member],
+                     plan: dict[str, bytes], *, hold: bool) -> int | None:
+    """Rejoin everyone; the SyncGroup write is held if ``hold`` (its token returned)."""
+    join_all(sim, members)
+    sim.hold_writes = hold
+    for m in members:
+        if m is not leader:
+            m.send_sync()
+    leader.send_sync(plan)
+    sim.hold_writes = False
+    return sim.held[-1] if hold else None
+
+
+def test_a_failed_metadata_write_rebalances_the_stable_generation_it_stored() -> None:
     sim = Sim()
     a, b = Member(sim, client_id="a"), Member(sim, client_id="b")
-    form_group(sim, [a, b])
-    generation = a.generation_id
+    leader = form_group(sim, [a, b])
+    plan = {a.member_id: assignment(("t", 0)), b.member_id: assignment(("t", 1))}
+    token = _next_generation(sim, leader, [a, b], plan, hold=True)
+    assert token is not None and sim.held == [token]
     assert sim.state("g") == "Stable"
-    # another generation, or another group: nothing happens
-    sim.apply(sim.coord.group_write_failed("g", generation + 1, sim.now))
-    sim.apply(sim.coord.group_write_failed("nope", generation, sim.now))
-    assert sim.state("g") == "Stable"
-    assert all(m.member_assignment for m in sim.describe("g").members)
-    sim.apply(sim.coord.group_write_failed("g", generation, sim.now))
+    assert a.sync_response() is None and b.sync_response() is None  # held with the write
+    sim.failed(token, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     assert sim.state("g") == "PreparingRebalance"
     assert [m.member_assignment for m in sim.describe("g").members] == [b"", b""]
-    # not Stable any more: a second report of the same generation changes nothing
-    result = sim.apply(sim.coord.group_write_failed("g", generation, sim.now))
-    assert not result.transitions and not result.replies
-    assert sim.state("g") == "PreparingRebalance"
+    for m in (a, b):
+        resp = m.sync_response()
+        assert resp is not None and resp.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert resp.assignment == b""
+
+
+def test_a_failed_write_of_an_older_generation_changes_nothing() -> None:
+    sim = Sim()
+    a, b = Member(sim, client_id="a"), Member(sim, client_id="b")
+    leader = form_group(sim, [a, b])
+    plan = {a.member_id: assignment(("t", 0)), b.member_id: assignment(("t", 1))}
+    old = _next_generation(sim, leader, [a, b], plan, hold=True)
+    assert old is not None
+    # the next generation, stored, while the older write pends
+    _next_generation(sim, leader, [a, b], plan, hold=False)
+    assert sim.held == [old]
+    assert sim.state("g") == "Stable"
+    result = sim.failed(old)
+    assert sim.state("g") == "Stable" and not result.transitions
+    assert all(m.member_assignment for m in sim.describe("g").members)
+    with pytest.raises(ValueError, match="not pending"):
+        sim.coord.failed(old, ErrorCode.KAFKA_STORAGE_ERROR, sim.now)

@@ -57,19 +57,20 @@ def _sim_send(self: Sim, request: Request, conn: int = 0, client_id: str = "c",
     return cid
 
 
+_plain_world_send = World.send
+
+
 def _world_send(self: World, request: Request, conn: int, client_id: str) -> int:
-    cid = next(self._cids)
-    if isinstance(request, HeartbeatRequest) and self.coord.renew(conn, wire(request, cid),
-                                                                  self.now):
-        assert conn not in self.closed and (conn, cid) not in self.replies
-        self.replies[conn, cid] = NONE
-        self.on_reply(request, NONE)
-    else:
-        self.requests[(conn, cid)] = request
-        self.apply(self.coord.handle(RequestContext(conn, cid, client_id, "/sim"), request,
-                                     self.now))
-    self.fire_due()
-    return cid
+    if isinstance(request, HeartbeatRequest):
+        cid = self.last_cid + 1
+        if self.coord.renew(conn, wire(request, cid), self.now):
+            self.last_cid = next(self._cids)
+            assert conn not in self.closed and (conn, cid) not in self.replies
+            self.replies[conn, cid] = NONE
+            self.on_reply((conn, cid), request, NONE)
+            self.fire_due()
+            return cid
+    return _plain_world_send(self, request, conn, client_id)
 
 
 class FastSim(Sim):
@@ -320,6 +321,9 @@ def _replies_of_runs(seeds: range) -> list[list[str]]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(schedule, "World", Recording)
+        # writes stored at once: which of several timers due at one jumped-to instant
+        # fires first may differ between the paths, and held writes make that show
+        patch.setattr(schedule, "_outcomes", lambda seed: None)
         for seed in seeds:
             trace: list[str] = []
             schedule.run_schedule(seed, trace=trace)
