@@ -14,6 +14,11 @@ and a probe connection sends ApiVersions every 10 ms. The figures: the broker's 
 stall_seconds``), the longest probe round trip (as a client sees it; it also counts stalls
 of this process, which builds the hostile frames), produce errors on the wide topic, and
 how often the neighbour group rebalanced after it formed (goal: never).
+
+A separate in-process broker (same ``--fsync``) then measures one more figure: the
+longest event-loop stall while it deletes a topic of ``--partitions`` partitions, each
+holding a record (goal <= 20 ms: the metadata write, fsyncs and directory removal run
+on worker threads; issue 24 measured 568 ms for 2 000 partitions on the loop).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import contextlib
 import resource
 import struct
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -32,6 +38,9 @@ from typing import Any
 import msgpack
 
 from bench.common import BenchError, BrokerProc, Figure, bench_main, die_with_parent, with_goal
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.logs import configure_logging
+from groupwire.broker.server import Broker
 from groupwire.client.admin import Admin
 from groupwire.client.connection import Connection
 from groupwire.client.consumer import Consumer
@@ -39,9 +48,26 @@ from groupwire.client.errors import GroupwireError
 from groupwire.client.listener import RebalanceListener
 from groupwire.client.producer import Producer
 from groupwire.client.types import TopicPartition
-from groupwire.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from groupwire.protocol.batches import BatchRecord, encode_batch
+from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
 
 GOAL_STALL_MS = "<= 100"
+GOAL_DELETE_STALL_MS = "<= 20"
+SETTLE_S = 0.2
+"""Quiet time before and after the deletion, so its stall is the only one measured."""
 GOAL_REBALANCES = "<= 0"
 OVERHEAD_MIB = 200
 """What the broker may use beyond its buffer budget: interpreter, metadata, caches."""
@@ -286,6 +312,45 @@ async def soak(b: BrokerProc, args: argparse.Namespace) -> dict[str, Any]:
             "neighbour_rebalances": rebalances}
 
 
+async def delete_stall_ms(data_dir: Path, partitions: int, fsync: str) -> float:
+    """The longest stall of an in-process broker's loop (its own monitor) while it
+    deletes a topic of ``partitions`` partitions, a record in each."""
+    configure_logging("json", "error")  # stdout carries only the figures
+    broker = Broker(BrokerSettings(data_dir=data_dir, host="127.0.0.1", port=0,
+                                   metrics_port=-1,
+                                   fsync=fsync))  # type: ignore[arg-type]
+    await broker.start()
+    try:
+        conn = await Connection.open("127.0.0.1", broker.port, client_id="soak-delete")
+        try:
+            created = await conn.send(CreateTopicsRequest(topics=[CreatableTopic(
+                name="soak-doomed", num_partitions=partitions)]),
+                timeout=ANSWER_TIMEOUT_S, response_type=CreateTopicsResponse)
+            if created.topics[0].error_code != ErrorCode.NONE:
+                raise BenchError(f"create failed: {created.topics[0]}")
+            batch = encode_batch([BatchRecord(b"x", timestamp_ms=1)])
+            produced = await conn.send(ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
+                TopicProduceData(name="soak-doomed", partition_data=[
+                    PartitionProduceData(index=p, records=batch)
+                    for p in range(partitions)])]),
+                timeout=ANSWER_TIMEOUT_S, response_type=ProduceResponse)
+            if any(p.error_code for t in produced.responses for p in t.partition_responses):
+                raise BenchError("produce to the doomed topic failed")
+            await asyncio.sleep(SETTLE_S)
+            broker.loop_monitor.max_stall_s = 0.0
+            deleted = await conn.send(DeleteTopicsRequest(topic_names=["soak-doomed"]),
+                                      timeout=ANSWER_TIMEOUT_S,
+                                      response_type=DeleteTopicsResponse)
+            if deleted.responses[0].error_code != ErrorCode.NONE:
+                raise BenchError(f"delete failed: {deleted.responses[0]}")
+            await asyncio.sleep(SETTLE_S)
+            return broker.loop_monitor.max_stall_s * 1000
+        finally:
+            await conn.close()
+    finally:
+        await broker.close()
+
+
 def run(args: argparse.Namespace) -> list[Figure]:
     if args.smoke:
         smoke(args)
@@ -298,6 +363,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
     probe_rtt: list[float] = []
     errors: list[float] = []
     rebalances: list[float] = []
+    delete_stall: list[float] = []
     notes: list[str] = []
     for i in range(args.warmup + args.rounds):
         proc = BrokerProc(extra=(
@@ -306,8 +372,11 @@ def run(args: argparse.Namespace) -> list[Figure]:
         proc.preexec = limit_descriptors(args.nofile)
         with proc as b:
             result = asyncio.run(soak(b, args))
+        with tempfile.TemporaryDirectory(prefix="soak-delete-") as tmp:
+            deleting = asyncio.run(delete_stall_ms(Path(tmp), args.partitions, args.fsync))
         if i < args.warmup:
             continue
+        delete_stall.append(deleting)
         rss.append(result["peak_rss_mib"])
         stall.append(result["longest_stall_ms"])
         probe_rtt.append(result["worst_probe_ms"])
@@ -330,6 +399,8 @@ def run(args: argparse.Namespace) -> list[Figure]:
                   "<= 0"),
         with_goal(Figure("neighbour group rebalances", "count", rebalances, settings),
                   GOAL_REBALANCES),
+        with_goal(Figure(f"longest event-loop stall deleting a {args.partitions}-partition "
+                         f"topic", "ms", delete_stall, settings), GOAL_DELETE_STALL_MS),
     ]
 
 

@@ -89,6 +89,8 @@ class BrokerSettings:
     offsets_topic_replication_factor: int = 3
     min_insync_replicas: int = 2
     replica_lag_time_max_ms: int = 30000
+    leader_imbalance_check_interval_ms: int = 300000
+    leader_imbalance_per_broker_percentage: int = 10
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1024 * 1024
     listeners: str = ""
@@ -315,6 +317,13 @@ OPTIONS: tuple[Option, ...] = (
            "are live (cluster mode)", _at_least(1)),
     Option("min_insync_replicas",
            "in-sync replicas an acks=all produce needs (cluster mode)", _at_least(1)),
+    Option("leader_imbalance_check_interval_ms",
+           "how often the controller moves leaderships back to their preferred replicas "
+           "(after an outage one broker may lead everything; Kafka's "
+           "leader.imbalance.check.interval.seconds); 0: never", _at_least(0)),
+    Option("leader_imbalance_per_broker_percentage",
+           "a broker's preferred partitions another broker leads, in percent, above "
+           "which that check moves them back", _between(0, 100)),
     Option("replica_lag_time_max_ms",
            "a follower not caught up for this long leaves the ISR", _at_least(1)),
     Option("replica_fetch_wait_max_ms",

@@ -407,6 +407,9 @@ _CLUSTER_GAUGES: Final = {
     "offline_partitions_storage_lost": "Partitions without a leader because their live ISR "
                                        "members came back without their logs (a new "
                                        "storage id; reported by the controller only)",
+    "offline_leader_partitions": "Partitions this broker leads on a log that went offline "
+                                 "(a failed write or fsync) with no other in-sync replica "
+                                 "to hand them to: their writes are refused",
     "is_controller": "1 while this broker is the controller",
     "fenced": "1 while this broker has lost its etcd lease and leads nothing",
     "live_brokers": "Brokers registered in etcd, as this broker sees them",

@@ -532,6 +532,8 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.apply_log_retention()
+            assert self._topics is not None  # the dropped segments' files, off the loop
+            await self._topics.purge()
 
     def apply_log_retention(self) -> None:
         store = self.store
@@ -807,22 +809,26 @@ class Broker:
                            principal=conn.principal)
 
         def delete_topics(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
-            if topics.creating(request.topic_names):
+            async def deleting() -> None:
                 # A topic being created is deleted once it exists: as if queued after it.
-                async def later() -> None:
-                    await topics.settled(request.topic_names)
-                    delete_now(conn, cid, request)
-                self._defer(conn, cid, request, later())
-                return
-            delete_now(conn, cid, request)
+                await topics.settled(request.topic_names)
+                await delete_now(conn, cid, request)
+            self._defer(conn, cid, request, deleting())
 
-        def delete_now(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
-            response, deleted = topics.delete_topics(request)
+        async def delete_now(conn: Peer, cid: int, request: DeleteTopicsRequest) -> None:
+            # meta.json is written off the loop; the directories go after the answer
+            response, deleted = await topics.delete_topics_counted(request)
             if not deleted:
                 conn.reply(cid, response)
                 return
             self._topics_deleted(deleted)
-            durability.after_write(lambda _err: conn.reply(cid, response))
+
+            async def purged() -> None:  # the directories go before the answer, off the loop
+                try:
+                    await topics.purge()
+                finally:
+                    conn.reply(cid, response)
+            durability.after_write(lambda _err: self._spawn(purged()))
 
         def answer(api: Callable[[Any], Response]) -> Callable[..., None]:
             return lambda conn, cid, request: conn.reply(cid, api(request))
@@ -992,7 +998,8 @@ class Broker:
         committed offsets go in ``_cluster_topics_removed``, on every broker)."""
         topics, fetches = self._topics, self._fetches
         assert topics is not None and fetches is not None
-        _response, deleted = topics.delete_topics(DeleteTopicsRequest(topic_names=names))
+        deleted, finishing = topics.delete_local(names)  # durable and removed off the loop
+        self._spawn(finishing)
         for name, count in deleted.items():
             for p in range(count):
                 fetches.appended(name, p)
@@ -1198,8 +1205,14 @@ class Broker:
         assert offsets_log is not None and durability is not None
         if self._closing:
             return
-        steps = offsets_log.compact_steps(partition, lambda drop: durability.after_write(
-            lambda err: drop() if err is None else None))
+        def dropped(drop: Callable[[], None]) -> None:
+            def written(err: StorageError | None) -> None:
+                if err is None:
+                    drop()
+                    self._purge_soon()
+            durability.after_write(written)
+
+        steps = offsets_log.compact_steps(partition, dropped)
 
         async def run() -> None:
             try:
@@ -1211,6 +1224,12 @@ class Broker:
                 self._compactions.pop(partition, None)
 
         self._compactions[partition] = asyncio.get_running_loop().create_task(run())
+
+    def _purge_soon(self) -> None:
+        """Remove the files of segments just dropped, now and off the loop: until then a
+        crash would load them again at the next start."""
+        if self._topics is not None and not self._closing:
+            self._spawn(self._topics.purge())
 
     def _send_replies(self, replies: tuple[Reply, ...],
                       collect: Callable[[Reply], bool] | None = None) -> None:

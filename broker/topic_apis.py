@@ -11,13 +11,20 @@ it runs on a worker thread and those requests are answered by coroutines. The na
 the partitions are reserved on the loop thread when the request arrives (a second
 creation of the name gets TOPIC_ALREADY_EXISTS, the partition cap counts them); the
 topic becomes visible, and the request is answered, once ``meta.json`` names it.
+
+Deleting is split the same way: the topics are hidden on the loop thread at once, the
+new ``meta.json`` is written and fsynced on a worker thread before the answer, and their
+directories (like the segments retention drops) are removed afterwards by :meth:`purge`,
+also off the loop. Every request is first checked by :mod:`broker.topics.rules`, as the
+cluster's controller checks it (``broker.replication.cluster_apis``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from groupwire.broker.cluster.epochs import (
     UNDEFINED_EPOCH,
@@ -32,8 +39,16 @@ from groupwire.broker.leadership import (
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
-from groupwire.broker.storage.metadata import EVENTS_TOPIC
-from groupwire.broker.storage.topic_store import Creation
+from groupwire.broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS
+from groupwire.broker.storage.topic_store import Creation, Deletion
+from groupwire.broker.topics.rules import (
+    Limits,
+    Refusal,
+    Topics,
+    check_creates,
+    check_deletes,
+    check_growths,
+)
 from groupwire.protocol.batches import (
     CorruptBatchError,
     MalformedRecordError,
@@ -87,6 +102,8 @@ VALID_ACKS = (-1, 1)
 """Produce's ``acks``: all (-1) or the leader (1); both mean "stored here" on one broker."""
 LATEST = -1
 EARLIEST = -2
+CLOSE_STEP = 250
+"""Logs of a deleted topic closed in one step (~1 ms)."""
 METADATA_STEP = 1000
 """Partitions of one topic described in one step of a Metadata answer (~1 ms)."""
 BATCH_OVERHEAD = 65536
@@ -142,14 +159,9 @@ class TopicApis:
         """Build ``creation`` on a worker thread, then finish it here; never cancelled
         halfway (the thread would go on without the loop knowing)."""
         event = self._begin(creation)
-        work = asyncio.ensure_future(asyncio.to_thread(self._store.build, creation))
         error: StorageError | None = None
         try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await work
-            raise
+            await _off_loop(self._store.build, creation)
         except StorageError as exc:
             error = exc
         finally:
@@ -160,6 +172,22 @@ class TopicApis:
         if error is None:
             self._on_created()
         return error
+
+    # --- the rules' view of this broker ------------------------------------------------
+
+    def _limits(self) -> Limits:
+        return Limits(max_partitions=self._store.config.max_partitions,
+                      default_partitions=self._settings.num_partitions,
+                      default_replication_factor=1)
+
+    def _topics_view(self) -> Topics:
+        store = self._store
+        taken = store.taken
+        return Topics(partitions=store.topics(), internal=INTERNAL_TOPICS,
+                      hosted=store.partition_total, reserved=store.partitions_reserved,
+                      brokers=1, taken=taken,
+                      growing={n for n in taken if store.creation_in_flight(n) is not None
+                               and store.partition_count(n) is not None})
 
     async def ensure_local(self, name: str, partitions: int) -> StorageError | None:
         """This broker's replicas of a cluster topic: created, or grown, to ``partitions``
@@ -209,35 +237,39 @@ class TopicApis:
     async def metadata_creating(self, request: MetadataRequest,
                                 listener: str | None = None) -> MetadataResponse:
         """Metadata that first creates the unknown topics it names (auto-creation)."""
-        failed: dict[str, StorageError] = {}
+        failed: dict[str, Refusal] = {}
         created: list[Creation] = []
-        names = [t.name for t in request.topics or []]
-        for name in dict.fromkeys(names):
-            if (self._store.partition_count(name) is not None
-                    or self._store.creation_in_flight(name) is not None):
+        store = self._store
+        unknown = [name for name in dict.fromkeys(t.name for t in request.topics or [])
+                   if store.partition_count(name) is None
+                   and store.creation_in_flight(name) is None]
+        answers = check_creates([(name, -1, -1) for name in unknown], self._topics_view(),
+                                self._limits())
+        for name, answer in zip(unknown, answers, strict=True):
+            if isinstance(answer, Refusal):
+                failed[name] = answer
                 continue
             try:
-                created.append(self._store.begin_create_topic(name,
-                                                              self._settings.num_partitions))
+                created.append(store.begin_create_topic(name, answer.partitions))
             except StorageError as exc:
-                failed[name] = exc
+                failed[name] = Refusal(exc.code, str(exc))
         for creation in created:
             error = await self._build(creation)
             if error is not None:
                 log.error("topic_not_created", topic=creation.name, error=str(error))
-                failed[creation.name] = error
+                failed[creation.name] = Refusal(error.code, str(error))
             else:
                 log.info("topic_auto_created", topic=creation.name,
                          partitions=creation.total)
         return self.metadata(request, failed, listener)
 
     def metadata(self, request: MetadataRequest,
-                 failed: dict[str, StorageError] | None = None,
+                 failed: dict[str, Refusal] | None = None,
                  listener: str | None = None) -> MetadataResponse:
         return run_steps(self.metadata_steps(request, failed, listener))
 
     def metadata_steps(self, request: MetadataRequest,
-                       failed: dict[str, StorageError] | None = None,
+                       failed: dict[str, Refusal] | None = None,
                        listener: str | None = None) -> Steps[MetadataResponse]:
         """A step per topic, or per ``METADATA_STEP`` partitions of a large one."""
         store = self._store
@@ -250,7 +282,7 @@ class TopicApis:
             count = store.partition_count(name)
             exc = failed.get(name) if failed else None
             if exc is not None:
-                topics.append(MetadataTopic(error_code=exc.code, error_message=str(exc),
+                topics.append(MetadataTopic(error_code=exc.code, error_message=exc.message,
                                             name=name))
                 continue
             if count is None and store.creation_in_flight(name) is not None:
@@ -280,36 +312,28 @@ class TopicApis:
         )
 
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
-        """Every name is checked and reserved at once, in order; the partitions are then
-        built one topic at a time off the loop."""
-        seen: dict[str, int] = {}
-        for topic in request.topics:
-            seen[topic.name] = seen.get(topic.name, 0) + 1
+        """Every entry is checked (:mod:`broker.topics.rules`) and reserved at once, in
+        order; the partitions are then built one topic at a time off the loop."""
+        answers = check_creates(
+            [(t.name, t.num_partitions, t.replication_factor) for t in request.topics],
+            self._topics_view(), self._limits())
         results: list[CreatableTopicResult] = []
         building: list[tuple[int, Creation]] = []
-        for topic in request.topics:
+        for topic, answer in zip(request.topics, answers, strict=True):
             name = topic.name
-            if seen[name] > 1:
-                results.append(CreatableTopicResult(
-                    name=name, error_code=ErrorCode.INVALID_REQUEST,
-                    error_message=f"topic {name!r} named more than once"))
+            if isinstance(answer, Refusal):
+                results.append(CreatableTopicResult(name=name, error_code=answer.code,
+                                                    error_message=answer.message))
                 continue
-            if topic.replication_factor not in (-1, 1):
-                results.append(CreatableTopicResult(
-                    name=name, error_code=ErrorCode.INVALID_REPLICATION_FACTOR,
-                    error_message="replication factor must be 1 (one broker)"))
-                continue
-            partitions = (self._settings.num_partitions if topic.num_partitions == -1
-                          else topic.num_partitions)
             try:
-                creation = self._store.begin_create_topic(name, partitions)
+                creation = self._store.begin_create_topic(name, answer.partitions)
             except StorageError as exc:
                 results.append(CreatableTopicResult(name=name, error_code=exc.code,
                                                     error_message=str(exc)))
                 continue
             building.append((len(results), creation))
-            results.append(CreatableTopicResult(name=name, num_partitions=partitions,
-                                                replication_factor=1))
+            results.append(CreatableTopicResult(name=name, num_partitions=answer.partitions,
+                                                replication_factor=answer.replication_factor))
         for i, creation in building:
             error = await self._build(creation)
             if error is not None:
@@ -320,36 +344,110 @@ class TopicApis:
             log.info("topic_created", topic=creation.name, partitions=creation.total)
         return CreateTopicsResponse(topics=results)
 
-    def delete_topics(self, request: DeleteTopicsRequest,
-                      ) -> tuple[DeleteTopicsResponse, dict[str, int]]:
+    # --- deletion -----------------------------------------------------------------------
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        return (await self.delete_topics_counted(request))[0]
+
+    async def delete_topics_counted(self, request: DeleteTopicsRequest,
+                                    ) -> tuple[DeleteTopicsResponse, dict[str, int]]:
         """Delete each named topic; returns the response and the partition count of each
-        topic deleted (the shell wakes their fetches and drops their committed offsets)."""
-        seen: dict[str, int] = {}
-        for name in request.topic_names:
-            seen[name] = seen.get(name, 0) + 1
-        results = []
-        deleted: dict[str, int] = {}
-        for name in request.topic_names:
-            if seen[name] > 1:
-                results.append(DeletableTopicResult(
-                    name=name, error_code=ErrorCode.INVALID_REQUEST,
-                    error_message=f"topic {name!r} named more than once"))
+        topic deleted (the shell wakes their fetches and drops their committed offsets).
+        The topics are hidden at once; the answer comes once ``meta.json`` without them
+        is durable, written off the loop. Their files go later: :meth:`purge`."""
+        results, deletions = self._begin_deletes(request.topic_names)
+        deleted = await self._end_deletes(results, deletions)
+        return DeleteTopicsResponse(responses=results), deleted
+
+    def delete_local(self, names: Sequence[str],
+                     ) -> tuple[dict[str, int], Coroutine[Any, Any, None]]:
+        """Cluster mode: drop this broker's replicas of topics gone from etcd. They are
+        gone from lookups when this returns (their partition counts); the returned
+        coroutine makes that durable and removes the files, off the loop. One that fails
+        puts the topic back (the replica manager's next pass tries again)."""
+        results, deletions = self._begin_deletes(list(names))
+
+        async def finish() -> None:
+            await self._end_deletes(results, deletions)
+            await self.purge()
+        return {d.name: d.count for d in deletions}, finish()
+
+    def _begin_deletes(self, names: list[str],
+                       ) -> tuple[list[DeletableTopicResult], list[Deletion]]:
+        answers = check_deletes(names, self._topics_view())
+        results: list[DeletableTopicResult] = []
+        deletions: list[Deletion] = []
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, Refusal):
+                results.append(DeletableTopicResult(name=name, error_code=answer.code,
+                                                    error_message=answer.message))
                 continue
             try:
-                deleted[name] = self._store.delete_topic(name)
+                deletions.append(self._store.begin_delete_topic(name))
             except StorageError as exc:
                 results.append(DeletableTopicResult(name=name, error_code=exc.code,
                                                     error_message=str(exc)))
                 continue
-            log.info("topic_deleted", topic=name, partitions=deleted[name])
             results.append(DeletableTopicResult(name=name))
-        return DeleteTopicsResponse(responses=results), deleted
+        return results, deletions
+
+    async def _end_deletes(self, results: list[DeletableTopicResult],
+                           deletions: list[Deletion]) -> dict[str, int]:
+        """Commit ``deletions`` in one ``meta.json`` write off the loop, then finish them
+        here whatever happened; a failure is written into ``results``."""
+        if not deletions:
+            return {}
+        error: StorageError | None = None
+        try:
+            await _off_loop(self._store.commit_deletes, deletions)
+        except StorageError as exc:
+            error = exc
+        finally:
+            for deletion in deletions:
+                self._store.finish_delete(deletion, close=False)
+        if error is None:
+            try:
+                for deletion in deletions:  # a slice at a time: other requests go between
+                    while self._store.close_deleted(deletion, CLOSE_STEP):
+                        await asyncio.sleep(0)
+            finally:  # cancelled (the broker closing): the rest at once
+                for deletion in deletions:
+                    while self._store.close_deleted(deletion, len(deletion.logs)):
+                        pass
+        else:
+            failed = {d.name for d in deletions}
+            log.error("topics_not_deleted", topics=sorted(failed), error=str(error))
+            results[:] = [DeletableTopicResult(name=r.name, error_code=error.code,
+                                               error_message=str(error))
+                          if r.name in failed else r for r in results]
+            return {}
+        for deletion in deletions:
+            log.info("topic_deleted", topic=deletion.name, partitions=deletion.count)
+        return {d.name: d.count for d in deletions}
+
+    async def purge(self) -> None:
+        """Remove deleted topics' directories and the segments retention dropped, on a
+        worker thread; what fails is logged and tried again by the next purge."""
+        store = self._store
+        purge = store.take_purge()
+        if purge.empty:
+            return
+        try:
+            await _off_loop(store.run_purge, purge)
+        finally:
+            store.end_purge(purge)
 
     async def create_partitions(self, request: CreatePartitionsRequest,
                                 ) -> CreatePartitionsResponse:
+        answers = check_growths([(t.name, t.count) for t in request.topics],
+                                self._topics_view(), self._limits())
         results: list[CreatePartitionsTopicResult] = []
         building: list[tuple[int, Creation]] = []
-        for topic in request.topics:
+        for topic, answer in zip(request.topics, answers, strict=True):
+            if isinstance(answer, Refusal):
+                results.append(CreatePartitionsTopicResult(
+                    name=topic.name, error_code=answer.code, error_message=answer.message))
+                continue
             try:
                 creation = self._store.begin_create_partitions(topic.name, topic.count)
             except StorageError as exc:
@@ -562,3 +660,15 @@ class TopicApis:
                                       f"replica {NODE_ID}"))
             results.append(ReplicaElectionResult(topic=topic, partition_result=answers))
         return ElectLeadersResponse(replica_election_results=results)
+
+
+async def _off_loop(work: Callable[..., None], *args: Any) -> None:
+    """``work(*args)`` on a worker thread, never cancelled halfway (the thread would go
+    on without the loop knowing): a cancellation waits for it, then is raised."""
+    task = asyncio.ensure_future(asyncio.to_thread(work, *args))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise

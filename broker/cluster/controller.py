@@ -175,9 +175,12 @@ def unclean_leader_txns(image: ClusterImage, controller_epoch: int,
     return _batched(image, controller_epoch, writes)
 
 
-def _batched(image: ClusterImage, controller_epoch: int,
+def _batched(image: ClusterImage, controller_epoch: int | None,
              writes: Iterable[tuple[TopicPartition, PartitionState]]) -> list[Txn]:
-    guard = Compare(controller_key(image.cluster), "create", "==", controller_epoch)
+    """Guarded by each partition key's mod revision as read, and by the controller's
+    epoch unless ``controller_epoch`` is None (a replica's own writes)."""
+    guard = (() if controller_epoch is None else
+             (Compare(controller_key(image.cluster), "create", "==", controller_epoch),))
     txns: list[Txn] = []
     compares: list[Compare] = []
     puts: list[Put] = []
@@ -188,10 +191,10 @@ def _batched(image: ClusterImage, controller_epoch: int,
                                 image.partition_revisions.get((topic, p), 0)))
         puts.append(Put(key, encode_partition(state)))
         if len(puts) == PARTITIONS_PER_TXN:
-            txns.append(Txn((guard, *compares), tuple(puts)))
+            txns.append(Txn((*guard, *compares), tuple(puts)))
             compares, puts = [], []
     if puts:
-        txns.append(Txn((guard, *compares), tuple(puts)))
+        txns.append(Txn((*guard, *compares), tuple(puts)))
     return txns
 
 
@@ -233,6 +236,86 @@ def preferred_leader_txns(image: ClusterImage, controller_epoch: int,
             writes.append((tp, PartitionState(preferred, state.leader_epoch + 1, state.isr,
                                               state.partition_epoch + 1, state.isr_storage)))
     return _batched(image, controller_epoch, writes)
+
+
+def imbalanced_partitions(image: ClusterImage, max_imbalance: float
+                          ) -> set[TopicPartition]:
+    """Kafka's automatic leader rebalance (``auto.leader.rebalance.enable``): for each
+    broker that does not lead more than ``max_imbalance`` of the partitions it is the
+    preferred replica of, those it could take back now (live, in the ISR, with its
+    log). After brokers came back (an etcd outage that fenced them all, a restart) the
+    survivors lead everything; this returns leadership to where placement spread it."""
+    preferred_of: dict[int, list[TopicPartition]] = {}
+    for tp, replicas in _assigned(image):
+        if replicas:
+            preferred_of.setdefault(replicas[0], []).append(tp)
+    out: set[TopicPartition] = set()
+    for node, tps in preferred_of.items():
+        states = [(tp, image.partitions.get(tp)) for tp in tps]
+        elsewhere = [tp for tp, state in states if state is None or state.leader != node]
+        if len(elsewhere) <= max_imbalance * len(tps):
+            continue
+        for tp in elsewhere:
+            state = image.partitions.get(tp)
+            if state is not None and node in state.isr and _eligible(state, node,
+                                                                      image.brokers):
+                out.add(tp)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineReplicaPlan:
+    """What a broker whose logs went offline writes about them (:func:`offline_replicas`)."""
+
+    txns: list[Txn]
+    handed_over: dict[TopicPartition, int]
+    """Led here: the replica that leads next."""
+    left_isr: tuple[TopicPartition, ...]
+    """Followed here: this broker leaves the ISR."""
+    kept: tuple[TopicPartition, ...]
+    """Led here, and no other live ISR member with its log: the leadership stays here
+    (writes are refused until the log comes back) rather than the partition go
+    offline or elect outside the ISR."""
+
+
+def offline_replicas(image: ClusterImage, node_id: int,
+                     offline: Collection[TopicPartition]) -> OfflineReplicaPlan:
+    """A replica whose local log went offline (a failed write or fsync: a full or
+    failing disk) must neither lead nor count as in sync. For each partition in
+    ``offline`` this broker (``node_id``) leads: leadership to the first replica in
+    assignment order that is live, in the ISR and has the log it recorded (as
+    :func:`decide` elects), this broker out of the ISR, leader epoch + 1. For each it
+    follows in the ISR of a live leader: out of the ISR (partition epoch + 1).
+    Leaderless partitions are left as they are (their ISR is kept whole for the
+    controller). The broker writes these itself, each guarded by the partition key's
+    mod revision as read: a newer state (an election, an ISR change) wins and the
+    decision is taken again from it."""
+    writes: list[tuple[TopicPartition, PartitionState]] = []
+    handed: dict[TopicPartition, int] = {}
+    left: list[TopicPartition] = []
+    kept: list[TopicPartition] = []
+    for tp, replicas in _assigned(image):
+        state = image.partitions.get(tp)
+        if tp not in offline or state is None or node_id not in state.isr:
+            continue
+        isr = tuple(r for r in state.isr if r != node_id)
+        if state.leader == node_id:
+            nxt = next((r for r in replicas if r != node_id and r in state.isr
+                        and _eligible(state, r, image.brokers)), None)
+            if nxt is None:
+                kept.append(tp)
+                continue
+            handed[tp] = nxt
+            writes.append((tp, PartitionState(nxt, state.leader_epoch + 1, isr,
+                                              state.partition_epoch + 1,
+                                              state.storage_for(isr, image.brokers))))
+        elif state.leader != NO_LEADER and _eligible(state, state.leader, image.brokers):
+            left.append(tp)
+            writes.append((tp, PartitionState(state.leader, state.leader_epoch, isr,
+                                              state.partition_epoch + 1,
+                                              state.storage_for(isr, image.brokers))))
+    return OfflineReplicaPlan(_batched(image, None, writes), handed, tuple(left),
+                              tuple(kept))
 
 
 def create_topic_txns(image: ClusterImage, name: str, partitions: int,

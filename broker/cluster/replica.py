@@ -168,6 +168,11 @@ class LeaderReplicaState:
         new = frozenset(new_isr)
         if self.leader not in new or not new <= set(self.replicas):
             raise ValueError(f"ISR {sorted(new)} must hold the leader and only replicas")
+        # A follower that left (it lagged, or took itself out: its log went offline)
+        # rejoins only after fetching again, never on the position it last reported.
+        for node in self._isr - new:
+            if node != self.leader:
+                self._followers[node].log_end_offset = UNKNOWN_OFFSET
         self._isr = new
         self._pending = None
         self.partition_epoch = partition_epoch

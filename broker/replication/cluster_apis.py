@@ -35,11 +35,18 @@ from groupwire.broker.replication.controller_task import (
     UnknownTopicError,
 )
 from groupwire.broker.replication.node import ClusterNode
-from groupwire.broker.storage.errors import StorageError
-from groupwire.broker.storage.metadata import OFFSETS_TOPIC, check_topic_name
+from groupwire.broker.storage.metadata import INTERNAL_TOPICS, OFFSETS_TOPIC
+from groupwire.broker.topics.rules import (
+    DEFAULT,
+    Limits,
+    Refusal,
+    Topics,
+    check_creates,
+    check_deletes,
+    check_growths,
+)
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition
-from groupwire.protocol.limits import MAX_ARRAY_ITEMS
 from groupwire.protocol.messages import (
     CreatableTopicResult,
     CreatePartitionsRequest,
@@ -102,20 +109,22 @@ class ClusterApis:
         failed: dict[str, tuple[ErrorCode, str]] = {}
         image = self._node.image
         s = self._settings
-        for name in dict.fromkeys(t.name for t in request.topics or []):
-            if name in image.topics:
+        unknown = [name for name in dict.fromkeys(t.name for t in request.topics or [])
+                   if name not in image.topics]
+        rf = min(s.default_replication_factor, max(len(image.brokers), 1))
+        answers = check_creates([(name, DEFAULT, rf) for name in unknown],
+                                self._topics_view(), self._limits())
+        for name, answer in zip(unknown, answers, strict=True):
+            if isinstance(answer, Refusal):
+                failed[name] = (answer.code, answer.message)
                 continue
             try:
-                check_topic_name(name)
-                rf = min(s.default_replication_factor, max(len(image.brokers), 1))
-                txn = propose_topic_txn(image, name, s.num_partitions, rf,
+                txn = propose_topic_txn(image, name, answer.partitions, rf,
                                         random.randrange(max(len(image.brokers), 1)),
                                         str(uuid.uuid4()))
                 await self._node.etcd.txn(txn)
-                log.info("topic_proposed", topic=name, partitions=s.num_partitions,
+                log.info("topic_proposed", topic=name, partitions=answer.partitions,
                          replication_factor=rf)
-            except StorageError as exc:
-                failed[name] = (ErrorCode(exc.code), str(exc))
             except (InvalidReplicationFactor, EtcdError) as exc:
                 failed[name] = (ErrorCode.LEADER_NOT_AVAILABLE, str(exc))
         response = run_steps(self.metadata_steps(request, listener))
@@ -204,41 +213,64 @@ class ClusterApis:
 
     # --- the controller's APIs ----------------------------------------------------------
 
+    # The rules (broker.topics.rules) see the cluster as the image has it: every
+    # broker's store holds the internal topics' partitions, and a broker with a replica
+    # of a topic keeps all of its partitions (broker.replication.replicas), so that is
+    # what it hosts. A creation may be placed on any live broker: the fullest is checked.
+
+    def _limits(self) -> Limits:
+        s = self._settings
+        return Limits(max_partitions=s.max_partitions, default_partitions=s.num_partitions,
+                      default_replication_factor=s.default_replication_factor)
+
+    def _hosted(self) -> dict[int, int]:
+        """Partitions each live broker hosts, by the image."""
+        image = self._node.image
+        internal = self._node.store.offsets_partitions + 1  # and __group_events' one
+        hosted = dict.fromkeys(image.brokers, internal)
+        for topic in image.topics.values():
+            if topic.internal:
+                continue
+            for node in {n for replicas in topic.replicas for n in replicas}:
+                if node in hosted:
+                    hosted[node] += len(topic.replicas)
+        return hosted
+
+    def _topics_view(self, hosted: Mapping[int, int] | None = None) -> Topics:
+        image = self._node.image
+        hosted = self._hosted() if hosted is None else hosted
+        return Topics(
+            partitions={name: len(t.replicas) for name, t in image.topics.items()},
+            internal={*INTERNAL_TOPICS, *(n for n, t in image.topics.items() if t.internal)},
+            hosted=max(hosted.values(), default=0), brokers=len(image.brokers))
+
+    def _refuse_all(self, names: list[str]) -> Refusal | None:
+        """NOT_CONTROLLER for every entry, off the controller (Kafka before KIP-590)."""
+        controller = self._node.controller
+        if controller is None or not controller.is_controller:
+            return Refusal(ErrorCode.NOT_CONTROLLER, self._not_controller())
+        return None
+
     async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
         controller = self._node.controller
-        seen: dict[str, int] = {}
-        for topic in request.topics:
-            seen[topic.name] = seen.get(topic.name, 0) + 1
+        names = [t.name for t in request.topics]
+        if (refusal := self._refuse_all(names)) is not None:
+            return CreateTopicsResponse(topics=[CreatableTopicResult(
+                name=name, error_code=refusal.code, error_message=refusal.message)
+                for name in names])
+        assert controller is not None
+        answers = check_creates(
+            [(t.name, t.num_partitions, t.replication_factor) for t in request.topics],
+            self._topics_view(), self._limits())
         results: list[CreatableTopicResult] = []
-        for topic in request.topics:
-            name = topic.name
-
+        for name, answer in zip(names, answers, strict=True):
             def fail(code: ErrorCode, message: str, name: str = name) -> None:
                 results.append(CreatableTopicResult(name=name, error_code=code,
                                                     error_message=message))
-            if seen[name] > 1:
-                fail(ErrorCode.INVALID_REQUEST, f"topic {name!r} named more than once")
+            if isinstance(answer, Refusal):
+                fail(answer.code, answer.message)
                 continue
-            if controller is None or not controller.is_controller:
-                fail(ErrorCode.NOT_CONTROLLER, self._not_controller())
-                continue
-            try:
-                check_topic_name(name)
-            except StorageError as exc:
-                fail(ErrorCode(exc.code), str(exc))
-                continue
-            partitions = (self._settings.num_partitions if topic.num_partitions == -1
-                          else topic.num_partitions)
-            rf = (self._settings.default_replication_factor
-                  if topic.replication_factor == -1 else topic.replication_factor)
-            if not 1 <= partitions <= MAX_ARRAY_ITEMS:
-                fail(ErrorCode.INVALID_PARTITIONS,
-                     f"num_partitions must be 1-{MAX_ARRAY_ITEMS}, got {partitions}")
-                continue
-            if rf < 1:
-                fail(ErrorCode.INVALID_REPLICATION_FACTOR,
-                     f"replication factor must be at least 1, got {rf}")
-                continue
+            partitions, rf = answer.partitions, answer.replication_factor
             try:
                 await _bounded(controller.create_topic(name, partitions, rf))
             except InvalidReplicationFactor as exc:
@@ -262,59 +294,73 @@ class ClusterApis:
     async def create_partitions(self, request: CreatePartitionsRequest,
                                 ) -> CreatePartitionsResponse:
         controller = self._node.controller
+        names = [t.name for t in request.topics]
+        if (refusal := self._refuse_all(names)) is not None:
+            return CreatePartitionsResponse(results=[CreatePartitionsTopicResult(
+                name=name, error_code=refusal.code, error_message=refusal.message)
+                for name in names])
+        assert controller is not None
+        image = self._node.image
+        hosted = self._hosted()
+        # a broker given a new partition of a topic it has no replica of takes it whole
+        hosted_for = {}
+        for name in names:
+            topic = image.topics.get(name)
+            if topic is not None:
+                holders = {n for replicas in topic.replicas for n in replicas}
+                hosted_for[name] = max(
+                    (h + (0 if node in holders else len(topic.replicas))
+                     for node, h in hosted.items()), default=0)
+        answers = check_growths([(t.name, t.count) for t in request.topics],
+                                self._topics_view(hosted), self._limits(), hosted_for)
         results: list[CreatePartitionsTopicResult] = []
-        for topic in request.topics:
+        for name, answer in zip(names, answers, strict=True):
+            if isinstance(answer, Refusal):
+                results.append(CreatePartitionsTopicResult(
+                    name=name, error_code=answer.code, error_message=answer.message))
+                continue
             code, message = ErrorCode.NONE, None
-            if controller is None or not controller.is_controller:
-                code, message = ErrorCode.NOT_CONTROLLER, self._not_controller()
-            elif topic.name == OFFSETS_TOPIC or topic.name.startswith("__"):
-                code, message = (ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                 f"{topic.name} is internal: its partitions are fixed")
-            elif topic.count > MAX_ARRAY_ITEMS:
-                code, message = (ErrorCode.INVALID_PARTITIONS,
-                                 f"count must be at most {MAX_ARRAY_ITEMS}, got {topic.count}")
-            else:
-                try:
-                    await _bounded(controller.create_partitions(topic.name, topic.count))
-                except UnknownTopicError as exc:
-                    code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
-                except InvalidPartitionsError as exc:
-                    code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
-                except InvalidReplicationFactor as exc:
-                    code, message = ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)
-                except NotControllerError as exc:
-                    code, message = ErrorCode.NOT_CONTROLLER, str(exc)
-                except EtcdError as exc:
-                    code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
-            results.append(CreatePartitionsTopicResult(name=topic.name, error_code=code,
+            try:
+                await _bounded(controller.create_partitions(name, answer.total))
+            except UnknownTopicError as exc:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+            except InvalidPartitionsError as exc:
+                code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
+            except InvalidReplicationFactor as exc:
+                code, message = ErrorCode.INVALID_REPLICATION_FACTOR, str(exc)
+            except NotControllerError as exc:
+                code, message = ErrorCode.NOT_CONTROLLER, str(exc)
+            except EtcdError as exc:
+                code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
+            results.append(CreatePartitionsTopicResult(name=name, error_code=code,
                                                        error_message=message))
         return CreatePartitionsResponse(results=results)
 
     async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
         controller = self._node.controller
-        seen: dict[str, int] = {}
-        for name in request.topic_names:
-            seen[name] = seen.get(name, 0) + 1
+        names = list(request.topic_names)
+        if (refusal := self._refuse_all(names)) is not None:
+            return DeleteTopicsResponse(responses=[DeletableTopicResult(
+                name=name, error_code=refusal.code, error_message=refusal.message)
+                for name in names])
+        assert controller is not None
         results: list[DeletableTopicResult] = []
-        for name in request.topic_names:
+        for name, answer in zip(names, check_deletes(names, self._topics_view()),
+                                strict=True):
+            if isinstance(answer, Refusal):
+                results.append(DeletableTopicResult(name=name, error_code=answer.code,
+                                                    error_message=answer.message))
+                continue
             code, message = ErrorCode.NONE, None
-            if seen[name] > 1:
-                code, message = ErrorCode.INVALID_REQUEST, f"topic {name!r} named more than once"
-            elif controller is None or not controller.is_controller:
-                code, message = ErrorCode.NOT_CONTROLLER, self._not_controller()
-            elif name.startswith("__"):
-                code, message = (ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                 f"{name} is internal: it cannot be deleted")
-            else:
-                try:
-                    await _bounded(controller.delete_topic(name))
-                    log.info("topic_deleted", topic=name)
-                except UnknownTopicError as exc:
-                    code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
-                except NotControllerError as exc:
-                    code, message = ErrorCode.NOT_CONTROLLER, str(exc)
-                except EtcdError as exc:
-                    code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
+            try:
+                await _bounded(controller.delete_topic(name))
+                log.info("topic_deleted", topic=name)
+            except UnknownTopicError as exc:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+            except NotControllerError as exc:
+                code, message = ErrorCode.NOT_CONTROLLER, str(exc)
+            except EtcdError as exc:
+                code, message = ErrorCode.REQUEST_TIMED_OUT, f"etcd: {exc}"
             results.append(DeletableTopicResult(name=name, error_code=code,
                                                 error_message=message))
         return DeleteTopicsResponse(responses=results)
@@ -369,9 +415,16 @@ class ClusterApis:
             for topic, partitions in order])
 
     def _not_controller(self) -> str:
-        controller = self._node.image.controller_id
-        where = "no broker is" if controller is None else f"broker {controller} is"
-        return f"broker {self._node.node_id} is not the controller: {where}"
+        node = self._node
+        if node.fenced:  # its image may name itself: say why instead
+            return (f"broker {node.node_id} is fenced (its etcd lease or metadata is not "
+                    f"current) and is not the controller; ask another broker")
+        controller = node.image.controller_id
+        if controller == node.node_id:
+            where = "it has just stepped down"
+        else:
+            where = "no broker is" if controller is None else f"broker {controller} is"
+        return f"broker {node.node_id} is not the controller: {where}"
 
 
 def _address(broker: BrokerInfo, listener: str | None) -> tuple[str, int] | None:

@@ -4,7 +4,13 @@ core's decisions after every image change (docs/design/cluster.md, "The controll
 The loop is a supervised service (``controller``). Its key is bound to the broker's
 lease, so a loop that died holding it would block every successor while the broker
 lives: a crash first resigns (deletes the key it created), and the restarted loop
-resigns whatever it still holds before it campaigns afresh."""
+resigns whatever it still holds before it campaigns afresh.
+
+Every ``leader_rebalance_interval_s`` the controller also moves leadership back to
+preferred replicas where a broker leads too few of the partitions it is preferred for
+(Kafka's ``auto.leader.rebalance.enable``): after brokers return (a restart, or an etcd
+outage that fenced them all and left the first to register leading everything) the
+leaderships spread out again once the returning replicas have caught up."""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from groupwire.broker.cluster.controller import (
     create_topic_txns,
     decide,
     delete_topic_txn,
+    imbalanced_partitions,
     needs_unclean_election,
     offline_partitions,
     preferred_leader_txns,
@@ -49,6 +56,12 @@ log = get_logger("groupwire.cluster")
 RETRY_S = 0.2
 RESIGN_TIMEOUT_S = 2.0
 """How long a crashed controller tries to delete its key before the restart does."""
+LEADER_REBALANCE_INTERVAL_S = 300.0
+"""Kafka's ``leader.imbalance.check.interval.seconds``: how often the controller looks
+for leaderships to move back to their preferred replicas."""
+LEADER_IMBALANCE_RATIO = 0.1
+"""Kafka's ``leader.imbalance.per.broker.percentage`` (10): a broker leading fewer of its
+preferred partitions than this leaves them where they are."""
 
 
 class NotControllerError(Exception):
@@ -79,7 +92,11 @@ class InternalTopic:
 class ControllerTask:
     def __init__(self, store: MetadataStore, cluster: str, membership: Membership,
                  watcher: MetadataWatcher, node_id: int, *,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None,
+                 leader_rebalance_interval_s: float | None = LEADER_REBALANCE_INTERVAL_S,
+                 leader_imbalance_ratio: float = LEADER_IMBALANCE_RATIO) -> None:
+        """``leader_rebalance_interval_s``: None or 0 turns the automatic preferred-leader
+        rebalance off (``groupwire cluster elect-leaders`` still moves them)."""
         self.store = store
         self.cluster = cluster
         self.membership = membership
@@ -93,6 +110,11 @@ class ControllerTask:
         self._service: Service | None = None
         self.elections = 0
         """Times this broker became the controller (metrics)."""
+        self.rebalance_interval_s = leader_rebalance_interval_s
+        self.imbalance_ratio = leader_imbalance_ratio
+        self._rebalance_due = 0.0
+        self.rebalanced = 0
+        """Leaderships the automatic rebalance moved back to preferred replicas."""
         self.internal_topics: list[InternalTopic] = []
         """Created by the controller when missing and the live brokers are enough."""
         self.offline: dict[TopicPartition, Offline] = {}
@@ -178,7 +200,15 @@ class ControllerTask:
                 log.warning("controller_etcd_error", node_id=self.node_id, error=str(exc))
                 await asyncio.sleep(RETRY_S)
                 continue
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._until_rebalance()):
+                    await self._wake.wait()
+
+    def _until_rebalance(self) -> float | None:
+        """Seconds to the next rebalance check while controller; None: no timer."""
+        if not self._epoch or not self.rebalance_interval_s:
+            return None
+        return max(0.0, self._rebalance_due - asyncio.get_running_loop().time())
 
     async def _step(self) -> None:
         """Level-triggered: campaign if nobody holds the key, act if we do."""
@@ -201,6 +231,30 @@ class ControllerTask:
                 return  # the image was stale: decide again from the next one
         self._report_offline(self.watcher.image)
         await self._create_internal_topics()
+        await self._rebalance_leaders()
+
+    async def _rebalance_leaders(self) -> None:
+        """Preferred replicas back to leading where a broker's share is off by more than
+        the imbalance ratio (:func:`imbalanced_partitions`), once an interval."""
+        interval = self.rebalance_interval_s
+        now = asyncio.get_running_loop().time()
+        if not interval or now < self._rebalance_due:
+            return
+        self._rebalance_due = now + interval
+        image = self.watcher.image
+        targets = imbalanced_partitions(image, self.imbalance_ratio)
+        if not targets:
+            return
+        moved = 0
+        for txn in preferred_leader_txns(image, self._epoch, targets):
+            if not (await self.store.txn(txn)).succeeded:
+                self._rebalance_due = now  # a stale image: again from the next one
+                break
+            moved += len(txn.success)
+        if moved:
+            self.rebalanced += moved
+            log.info("leaders_rebalanced", node_id=self.node_id, partitions=moved,
+                     why="brokers led too few of the partitions they are preferred for")
 
     def _report_offline(self, image: ClusterImage) -> None:
         """Log each partition that went offline, or changed why, and each that came back:
@@ -249,6 +303,9 @@ class ControllerTask:
             # The put made the revision: it is the key's create_revision.
             self._epoch = result.revision
             self.elections += 1
+            if self.rebalance_interval_s:
+                self._rebalance_due = (asyncio.get_running_loop().time()
+                                       + self.rebalance_interval_s)
             self._elected.set()
             self._elected = asyncio.Event()
             log.info("controller_elected", node_id=self.node_id, epoch=self._epoch)

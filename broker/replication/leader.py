@@ -17,6 +17,7 @@ from groupwire.broker.cluster.txn import Compare, Put, Txn
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
+from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.errors import ErrorCode
 
 log = get_logger("groupwire.cluster")
@@ -38,7 +39,8 @@ class LeaderStates:
                  min_insync_replicas: int,
                  on_high_watermark: Callable[[TopicPartition], None],
                  clock: Callable[[], int] = monotonic_ms,
-                 trusted: Callable[[], bool] = lambda: True) -> None:
+                 trusted: Callable[[], bool] = lambda: True,
+                 supervisor: Supervisor | None = None) -> None:
         """``on_high_watermark``: the partition's high watermark moved (parked consumer
         fetches look again); ``trusted``: whether this broker may act as a leader now
         (not fenced: its lease is kept and its image is current). While it may not, no
@@ -57,7 +59,8 @@ class LeaderStates:
         self.states: dict[TopicPartition, LeaderReplicaState] = {}
         self._waiters: dict[TopicPartition, list[_Waiter]] = {}
         self._writes: set[asyncio.Task[None]] = set()
-        self._shrinker: asyncio.Task[None] | None = None
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
+        self._shrinker: Service | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
         """ISR changes this broker wrote as a leader (metrics)."""
@@ -65,11 +68,13 @@ class LeaderStates:
         """Called when a high watermark moves (tests wait on them)."""
 
     def start(self) -> None:
-        self._shrinker = asyncio.create_task(self._shrink_loop(),
-                                             name=f"isr-shrink-{self.node_id}")
+        self._shrinker = self._supervisor.spawn(f"isr-shrink-{self.node_id}",
+                                                self._shrink_loop, kind="isr-shrink")
 
     async def close(self) -> None:
-        tasks = [*self._writes, *([self._shrinker] if self._shrinker else [])]
+        if self._shrinker is not None:
+            await self._shrinker.stop()
+        tasks = list(self._writes)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

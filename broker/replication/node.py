@@ -105,7 +105,8 @@ class ClusterNode:
             self.node_id, store, self.etcd, self.cluster, lambda: self.watcher.image,
             replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
             min_insync_replicas=settings.min_insync_replicas,
-            on_high_watermark=on_high_watermark, trusted=lambda: not self.fenced)
+            on_high_watermark=on_high_watermark, trusted=lambda: not self.fenced,
+            supervisor=self.supervisor)
 
     @property
     def image(self) -> ClusterImage:
@@ -166,8 +167,11 @@ class ClusterNode:
             raise ClusterStartError(f"etcd at {s.etcd_endpoints}: {exc}") from None
         except RegistrationError as exc:
             raise ClusterStartError(str(exc)) from None
-        controller = ControllerTask(self.etcd, self.cluster, membership, self.watcher,
-                                    self.node_id, supervisor=self.supervisor)
+        controller = ControllerTask(
+            self.etcd, self.cluster, membership, self.watcher, self.node_id,
+            supervisor=self.supervisor,
+            leader_rebalance_interval_s=s.leader_imbalance_check_interval_ms / 1000 or None,
+            leader_imbalance_ratio=s.leader_imbalance_per_broker_percentage / 100)
         controller.internal_topics += [
             InternalTopic(OFFSETS_TOPIC, self.store.offsets_partitions,
                           s.offsets_topic_replication_factor),
@@ -210,6 +214,8 @@ class ClusterNode:
             "offline_partitions_storage_lost": sum(
                 1 for o in offline_partitions(image).values()
                 if o.reason == "isr_storage_lost") if controller else 0,
+            "offline_leader_partitions": (0 if self.replicas is None
+                                          else len(self.replicas.offline_led)),
             "is_controller": int(controller),
             "fenced": int(self.fenced),
             "live_brokers": len(image.brokers),

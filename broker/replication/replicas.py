@@ -10,15 +10,26 @@ the loop started again, and since every pass is decided afresh from the image, t
 restarted loop rebuilds whatever the failed pass left half-done. The image is mutated in
 place by the watch, so nothing read from it is used after an await without being read
 again: a broker or topic may have vanished meanwhile.
+
+A local log that went offline (a failed write or fsync: a full or failing disk) neither
+leads nor follows: each pass (and storage's report, which wakes one) hands its
+leadership to another eligible ISR member and takes this broker out of the ISRs it is
+in (``controller.offline_replicas``), and stops fetching it until the log takes writes
+again; the leader then adds it back once it has caught up. A partition with no other
+eligible replica stays led here, refusing writes, and says so
+(``leadership_kept_offline``, ``groupwire_cluster_offline_leader_partitions``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
+from groupwire.broker.cluster.controller import offline_replicas
 from groupwire.broker.cluster.image import ClusterImage, ImageChange, TopicPartition
 from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo
+from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.fetcher import ReplicaFetcher
 from groupwire.broker.replication.leader import LeaderStates
@@ -47,10 +58,13 @@ class ReplicaManager:
                  on_roles: Callable[[set[TopicPartition]], None],
                  on_topics_removed: Callable[[list[str]], None] = lambda _names: None,
                  supervisor: Supervisor | None = None,
+                 etcd: MetadataStore | None = None,
                  ) -> None:
         """``on_roles``: partitions whose role here changed (parked fetches on them
         look again); ``on_topics_removed``: topics deleted from the cluster (every
-        broker drops the committed offsets of the groups it coordinates for them)."""
+        broker drops the committed offsets of the groups it coordinates for them);
+        ``etcd``: where partition states are written when a local log goes offline
+        (None: the leader states' store)."""
         self.node_id = node_id
         self.store = store
         self.watcher = watcher
@@ -64,6 +78,7 @@ class ReplicaManager:
         self._delete_local = delete_local
         self._on_roles = on_roles
         self._on_topics_removed = on_topics_removed
+        self._etcd = etcd
         self._wake = asyncio.Event()
         self._supervisor = supervisor if supervisor is not None else Supervisor()
         self._service: Service | None = None
@@ -71,7 +86,12 @@ class ReplicaManager:
         """Partitions this broker took leadership of (metrics)."""
         self.passes: list[Callable[[], None]] = []
         """Called after each pass (tests wait on them)."""
+        self.offline_led: set[TopicPartition] = set()
+        """Led here on an offline log with no other eligible replica (metrics)."""
+        self.offline_handovers = 0
+        """Leaderships this broker handed over because its log went offline."""
         watcher.listeners.append(self._on_change)
+        store.offline_listeners.append(self._on_log_offline)
         membership.on_fenced.append(self._on_fenced)
         membership.on_unfenced.append(self._wake.set)
 
@@ -96,6 +116,9 @@ class ReplicaManager:
             self._on_topics_removed(sorted(change.topics_removed))
         self._wake.set()
 
+    def _on_log_offline(self, _topic: str, _partition: int) -> None:
+        self._wake.set()
+
     def _on_fenced(self) -> None:
         dropped = set(self.leadership.led)
         self.leadership.led.clear()
@@ -117,7 +140,9 @@ class ReplicaManager:
             if done:
                 await self._wake.wait()
             else:
-                await asyncio.sleep(RETRY_S)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(RETRY_S):
+                        await self._wake.wait()
 
     async def reconcile(self) -> bool:
         """One pass; False if something could not be done (tried again later)."""
@@ -126,8 +151,8 @@ class ReplicaManager:
         image = self.watcher.image
         done = self._sync_roles(image) and done
         self.leaders.image_changed(image)
-        await self._sync_fetchers(image)
-        return done
+        done = await self._sync_fetchers(image) and done
+        return await self._step_off_offline_logs() and done
 
     def _hosts(self, image: ClusterImage, name: str) -> int:
         """How many partitions of ``name`` this broker must hold (0: none). A topic
@@ -202,15 +227,65 @@ class ReplicaManager:
             self._on_roles(changed)
         return complete
 
-    async def _sync_fetchers(self, image: ClusterImage) -> None:
+    def _offline_here(self) -> set[TopicPartition]:
+        return {(topic, p) for topic, p, _why in self.store.offline_partitions()}
+
+    async def _step_off_offline_logs(self) -> bool:
+        """Hand over the leaderships, and leave the ISRs, of partitions whose local log
+        is offline; False while any such write is still to make (tried again later)."""
+        offline = self._offline_here()
+        if not offline or self.membership.fenced:
+            self.offline_led = set()
+            return True
+        image = self.watcher.image
+        plan = offline_replicas(image, self.node_id, offline)
+        kept = set(plan.kept)
+        for tp in sorted(kept - self.offline_led):
+            log.error("leadership_kept_offline", node_id=self.node_id, topic=tp[0],
+                      partition=tp[1], isr=list(image.partitions[tp].isr),
+                      detail="its log here is offline and no other in-sync replica is "
+                             "live with its log: writes are refused until the disk "
+                             "takes them again")
+        self.offline_led = kept
+        # A kept one is looked at again each RETRY_S: its log may come back (an append
+        # brings it), or another replica become eligible.
+        done = not kept
+        for txn in plan.txns:
+            try:
+                etcd = self._etcd if self._etcd is not None else self.leaders.etcd
+                ok = (await etcd.txn(txn)).succeeded
+            except EtcdError as exc:
+                log.warning("offline_replica_write_failed", node_id=self.node_id,
+                            error=str(exc))
+                ok = False
+            if not ok:
+                done = False  # a newer state won: decided again from it
+                break
+        else:
+            for tp, nxt in sorted(plan.handed_over.items()):
+                self.offline_handovers += 1
+                log.warning("leadership_handed_over", node_id=self.node_id, topic=tp[0],
+                            partition=tp[1], new_leader=nxt,
+                            why="its log here is offline (a failed write or fsync)")
+            for tp in plan.left_isr:
+                log.warning("isr_left", node_id=self.node_id, topic=tp[0],
+                            partition=tp[1],
+                            why="its log here is offline (a failed write or fsync)")
+        return done
+
+    async def _sync_fetchers(self, image: ClusterImage) -> bool:
         """Each partition with a replica here and a live leader elsewhere is fetched
-        from that leader, in its current epoch; everything else is not.
+        from that leader, in its current epoch; everything else is not, nor is a
+        partition whose log here is offline and does not come back when asked (False:
+        ask again later).
 
         What is wanted is read from the image once, before the first await (closing a
         fetcher); after it each leader is looked up again, as the watch may have
         removed it meanwhile (the next pass, which that change wakes, settles it)."""
         wanted: dict[int, dict[TopicPartition, int]] = {}
         leaders: dict[int, BrokerInfo] = {}
+        offline = self._offline_here()
+        waiting = False
         for tp, state in list(image.partitions.items()):
             info = image.brokers.get(state.leader)
             if state.leader in (self.node_id, NO_LEADER) or info is None:
@@ -221,6 +296,9 @@ class ReplicaManager:
                 continue
             count = self.store.partition_count(tp[0])
             if count is None or tp[1] >= count:
+                continue
+            if tp in offline and not self.store.log(*tp).bring_online():
+                waiting = True
                 continue
             wanted.setdefault(state.leader, {})[tp] = state.leader_epoch
             leaders[state.leader] = info
@@ -244,3 +322,4 @@ class ReplicaManager:
                     fetcher.unfollow(tp)
             for tp, epoch in partitions.items():
                 fetcher.follow(tp, epoch)
+        return not waiting

@@ -42,6 +42,9 @@ class FlushTicket:
     items: Sequence[FlushItem]
     pool: HandlePool
     errors: list[OSError] = field(default_factory=list)
+    serial: int = 0
+    """Its place among the store's tickets: a deleted partition's directory waits only
+    for tickets taken before the deletion."""
 
     @property
     def empty(self) -> bool:

@@ -8,29 +8,25 @@ topic's partition count. It is replaced atomically, so a crash leaves the old or
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 from groupwire.broker.storage.errors import StorageError, TopicRefusedError
+from groupwire.broker.topics.rules import name_refusal
 
 META_FILE: Final = "meta.json"
 META_FORMAT: Final = 1
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 EVENTS_TOPIC: Final = "__group_events"
 INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, EVENTS_TOPIC})
-_TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def check_topic_name(name: str) -> None:
-    """Raise :class:`TopicRefusedError` unless ``name`` may be created by a client."""
-    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name):
-        raise TopicRefusedError(
-            f"invalid topic name {name!r}: 1-249 of [A-Za-z0-9._-] required")
-    if name in (".", ".."):
-        raise TopicRefusedError(f"invalid topic name {name!r}")
-    if name.startswith("__"):
-        raise TopicRefusedError(f"invalid topic name {name!r}: the __ prefix is reserved")
+    """Raise :class:`TopicRefusedError` unless ``name`` may be created by a client
+    (:func:`broker.topics.rules.name_refusal`, the rule both modes apply)."""
+    refusal = name_refusal(name)
+    if refusal is not None:
+        raise TopicRefusedError(refusal.message)
 
 
 @dataclass(slots=True)

@@ -49,7 +49,7 @@ from groupwire.broker.storage.replica_files import (
     save_epoch_cache,
     save_high_watermark,
 )
-from groupwire.broker.storage.segment import Segment
+from groupwire.broker.storage.segment import Segment, Trash
 from groupwire.protocol.batches import (
     BATCH_V0,
     BATCH_V1,
@@ -103,6 +103,9 @@ class PartitionLog:
         self._fail_reported = 0
         """Log end offset up to which writes were already answered with the failure."""
         self._offline_logged = False
+        self.on_offline: Callable[[], None] | None = None
+        """Called (loop thread) when the log is reported offline: cluster mode moves the
+        partition's leadership away, or stops following it."""
         self._epoch = 0
         """Bumped by each recovery: a ticket taken before it neither fails nor advances
         the log again."""
@@ -140,6 +143,8 @@ class PartitionLog:
         self._dirty = False
         self._fail_reported = self._leo
         self._closed = False
+        self._trash: list[Trash] = []
+        """Segments retention or compaction dropped whose files are not removed yet."""
         self._appending = False
         """A stepped append is under way: other appends wait for it (or are refused)."""
         if self._unsynced or self._dir_gen:
@@ -208,7 +213,11 @@ class PartitionLog:
         self._assign_epoch(stored)
         data = _stamped(batch, stored)
         seg = self._active_for(len(data))
-        seg.append(data, stored)
+        try:
+            seg.append(data, stored)
+        except StorageError as exc:
+            self._write_failed(exc)
+            raise
         self._appended(seg, stored)
         return stored.base_offset
 
@@ -250,9 +259,11 @@ class PartitionLog:
                 self._check_still_writable()
                 seg.write_piece(view[start:start + WRITE_PIECE], pos + shift + start)
             seg.finish_write(stored, pos, pos + shift + len(view))
-        except BaseException:  # GeneratorExit too: the task was cancelled
+        except BaseException as exc:  # GeneratorExit too: the task was cancelled
             if not self._closed:
                 seg.abandon_write()
+            if isinstance(exc, StorageError):
+                self._write_failed(exc)
             raise
         self._appended(seg, stored)
 
@@ -532,6 +543,26 @@ class PartitionLog:
                                f"{max(1, round(wait_s * 1000))} ms)")
         self._recover()
 
+    def _write_failed(self, exc: StorageError) -> None:
+        """A replicated log goes offline on a failed write too (a full disk), as Kafka
+        takes a log dir offline on any I/O error, so cluster mode moves its leadership to
+        a replica whose disk takes writes. A single broker's log stays online: its next
+        append simply tries again."""
+        cause = exc.__cause__
+        if self._replicated and self._failed is None and isinstance(cause, OSError):
+            self._fail(cause, self._durable)
+            self.report_offline()
+
+    def bring_online(self) -> bool:
+        """Whether the log takes writes now, trying to recover first if it is offline
+        and ``offline_retry_ms`` has passed: a replica cluster mode stopped fetching has
+        no append to bring it back."""
+        try:
+            self._check_writable()
+        except StorageError:
+            return False
+        return True
+
     def report_offline(self) -> None:
         """Log (once per failure, at error level) why the log went offline; loop thread,
         since the failure itself may be noticed on the flusher's."""
@@ -542,6 +573,8 @@ class PartitionLog:
         log.error("partition_offline", topic=self.topic, partition=self.partition,
                   error=str(failed), high_watermark=self._hw, log_end_offset=self._leo,
                   retry_in_ms=self._config.offline_retry_ms)
+        if self.on_offline is not None:
+            self.on_offline()
 
     def _mark_dirty(self) -> None:
         if not self._dirty:
@@ -807,8 +840,9 @@ class PartitionLog:
     # --- retention and shutdown ---------------------------------------------------------
 
     def apply_retention(self, now_ms: int, retention_ms: int, retention_bytes: int) -> int:
-        """Delete whole oldest segments (never the active one, never data above the high
-        watermark) past either limit (-1 = unlimited); returns how many were deleted."""
+        """Drop whole oldest segments (never the active one, never data above the high
+        watermark) past either limit (-1 = unlimited); returns how many were dropped.
+        Their data is gone from the log at once; their files wait in :meth:`take_trash`."""
         total = self.size_bytes
 
         def expired(seg: Segment) -> bool:
@@ -821,6 +855,17 @@ class PartitionLog:
             return False
 
         return self._drop_oldest(expired)
+
+    @property
+    def has_trash(self) -> bool:
+        return bool(self._trash)
+
+    def take_trash(self) -> list[Trash]:
+        """Loop thread: the files of segments dropped since the last call, to remove off
+        the loop (:meth:`TopicStore.purge <broker.storage.topic_store.TopicStore.purge>`);
+        until then they are still on disk, and a crash brings them back."""
+        trash, self._trash = self._trash, []
+        return trash
 
     def roll(self) -> None:
         """Start a new segment now (unless the active one is empty): what is appended next
@@ -847,8 +892,7 @@ class PartitionLog:
             segments.pop(0)
             self._bases.pop(0)
             self._unsynced = [s for s in self._unsynced if s is not seg]
-            with contextlib.suppress(OSError):
-                seg.delete()
+            self._trash.append(seg.discard())  # its files go off the loop: take_trash
             deleted += 1
         if deleted and self._replicated and self._epoch_cache.latest_epoch is not None:
             before = self._epoch_cache.entries

@@ -4,10 +4,13 @@ After a crash the last writes may be torn, and a disk may return garbage. Every 
 every segment whose index is not trusted is checked (markers, structure, CRC, offsets
 following on); the log is cut at the first bad batch and later segments are deleted, so
 every complete batch before that point is kept and nothing after it is ever served.
+Files named ``*.deleted`` (segments retention dropped, whose unlink had not happened yet)
+are removed, never loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -15,7 +18,7 @@ from pathlib import Path
 
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.handles import HandlePool
-from groupwire.broker.storage.segment import Segment, parse_segment_name
+from groupwire.broker.storage.segment import DELETED_SUFFIX, Segment, parse_segment_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +45,12 @@ def open_segments(directory: Path, pool: HandlePool, *, topic: str, partition: i
     ``on_error`` goes to every segment (an fsync of its log failed)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        bases = sorted(b for name in os.listdir(directory)
-                       if (b := parse_segment_name(name)) is not None)
+        names = os.listdir(directory)
+        bases = sorted(b for name in names if (b := parse_segment_name(name)) is not None)
+        for name in names:
+            if name.endswith(DELETED_SUFFIX):  # dropped by retention: never loaded again
+                with contextlib.suppress(OSError):  # ignored if it stays; tried next open
+                    pool.ops.unlink(directory / name)
     except OSError as exc:
         raise StorageError(f"cannot open log directory {directory}: {exc}") from exc
     segments: list[Segment] = []

@@ -18,10 +18,12 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from groupwire.broker.storage.errors import StorageError
+from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.handles import HandlePool, PooledFile
 from groupwire.protocol.batches import (
     BatchHeader,
@@ -34,6 +36,9 @@ from groupwire.protocol.batches import (
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
+DELETED_SUFFIX: Final = ".deleted"
+"""A segment file renamed ``<name>.deleted``: retention dropped it; recovery removes it,
+never loads it (Kafka's way: the rename marks the deletion, the unlink may come later)."""
 INDEX_ENTRY: Final = struct.Struct("<qqqq")
 _BIG_ENDIAN: Final = sys.byteorder == "big"
 
@@ -345,6 +350,11 @@ class Segment:
         self._pool.retire(self.log_file)
         self._pool.retire(self.index_file)
 
+    def discard(self) -> Trash:
+        """Close the segment, leaving its files for :func:`purge_segment` (off the loop)."""
+        self.close()
+        return Trash(self.log_path, self.index_path)
+
     def delete(self) -> None:
         self.close()
         for path in (self.log_path, self.index_path):
@@ -397,3 +407,28 @@ class Segment:
             if self.verified_end == self.positions[i]:
                 self.verified_end = self.positions[i] + (end - start)
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Trash:
+    """A dropped segment's files, to be removed off the event loop."""
+
+    log_path: Path
+    index_path: Path
+
+
+def purge_segment(ops: FileOps, trash: Trash) -> None:
+    """Any thread: rename the files ``.deleted`` (the log first: from then on recovery
+    never loads the segment), fsync the directory so that mark is durable, then unlink
+    them. Raises ``OSError``; calling it again resumes (files already gone are fine)."""
+    marked = []
+    for path in (trash.log_path, trash.index_path):
+        gone = path.with_name(path.name + DELETED_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):  # marked before, or its directory went
+            ops.replace(path, gone)
+        marked.append(gone)
+    with contextlib.suppress(FileNotFoundError):  # the partition was deleted meanwhile
+        ops.fsync_dir(trash.log_path.parent)
+    for gone in marked:
+        with contextlib.suppress(FileNotFoundError):
+            ops.unlink(gone)

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import (
     NoSuchPartitionError,
@@ -49,6 +51,8 @@ from groupwire.broker.storage.metadata import (
 )
 from groupwire.broker.storage.partition_log import PartitionLog
 from groupwire.broker.storage.recovery import RecoveryReport
+from groupwire.broker.storage.segment import Trash, purge_segment
+from groupwire.broker.topics.rules import MAX_PARTITIONS_PER_TOPIC
 from groupwire.protocol.batches import BatchRecord, DecodedRecord, encode_batch, read_header
 
 CLEAN_MARKER: Final = "clean_shutdown"
@@ -56,9 +60,12 @@ LOCK_FILE: Final = ".lock"
 LOGS_DIR: Final = "logs"
 DELETED_SUFFIX: Final = "-delete"
 """A deleted partition's directory is renamed ``<topic>-<partition>.<uuid>-delete``."""
-MAX_PARTITIONS: Final = 10_000
+MAX_PARTITIONS: Final = MAX_PARTITIONS_PER_TOPIC
 """Per topic (the wire contract's bound); the store as a whole has
 ``config.max_partitions``."""
+
+
+log = get_logger("groupwire.storage")
 
 
 class TopicStore:
@@ -77,15 +84,29 @@ class TopicStore:
         """Directories under ``logs/`` that ``meta.json`` does not name, removed at open."""
         self.fresh = False
         """True if ``meta.json`` did not exist at open (a new data dir)."""
-        self._tickets_out = 0
+        self._tickets_out: set[int] = set()
+        """Serials of flush tickets taken and not completed."""
+        self._tickets_taken = 0
         self._creating: dict[str, Creation] = {}
         """Creations begun and not finished, by topic: the name is taken, their partitions
         count against ``max_partitions``, and nothing else sees them yet."""
         self._meta_lock = threading.Lock()
         """Serialises ``meta.json`` writes: a creation commits on a worker thread."""
-        self._doomed: set[Path] = set()
-        """Deleted partitions' directories, removed once no flush ticket may name them."""
+        self._doomed: dict[Path, int] = {}
+        """Deleted partitions' directories, removed once no flush ticket may name them:
+        each with the serial of the first ticket taken after its deletion."""
+        self._deleting: dict[str, Deletion] = {}
+        """Deletions begun and not finished: hidden already, ``meta.json`` not yet written."""
+        self._dirs_lock = threading.Lock()
+        """Held by a purge while it renames a directory aside, and by a creation taking
+        a doomed directory back: a purge never removes a directory a creation made."""
+        self._purging: set[Path] = set()
+        """Doomed directories a purge under way will remove (under ``_dirs_lock``)."""
+        self._trash: list[Trash] = []
+        """Dropped segments whose removal failed: tried again by the next purge."""
         self._closed = False
+        self.offline_listeners: list[Callable[[str, int], None]] = []
+        """Called with ``(topic, partition)`` when a log is reported offline."""
         try:
             (self.data_dir / LOGS_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -159,6 +180,8 @@ class TopicStore:
             raise TopicExistsError(f"topic {name!r} already exists")
         if name in self._creating:
             raise TopicExistsError(f"topic {name!r} already exists (it is being created)")
+        if name in self._deleting:
+            raise TopicExistsError(f"topic {name!r} already exists (it is being deleted)")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise PartitionCountError(
                 f"number of partitions must be 1-{MAX_PARTITIONS}, got {num_partitions}")
@@ -190,10 +213,19 @@ class TopicStore:
         self._check_partition_limit(name, total - first)
         creation = Creation(name, first, total)
         if self._doomed:  # ours now: a flush completing must not remove them
-            self._doomed = {d for d in self._doomed
+            self._doomed = {d: n for d, n in self._doomed.items()
                             if not _names_partition(d.name, name, first, total)}
+        if self._purging:  # nor a purge under way (build removes what is left of them)
+            with self._dirs_lock:
+                self._purging = {d for d in self._purging
+                                 if not _names_partition(d.name, name, first, total)}
         self._creating[name] = creation
         return creation
+
+    @property
+    def taken(self) -> set[str]:
+        """Names being created or deleted: not free for a new topic yet."""
+        return {*self._creating, *self._deleting}
 
     def creation_in_flight(self, name: str) -> Creation | None:
         """The creation (or growth) of ``name`` begun and not finished, if any."""
@@ -264,6 +296,7 @@ class TopicStore:
             return
         name = creation.name
         for plog in creation.logs:
+            plog.on_offline = functools.partial(self._log_offline, name, plog.partition)
             self._logs[(name, plog.partition)] = plog
         self._meta.topics = {**self._meta.topics, name: creation.total}
         creation.attached = True
@@ -288,17 +321,30 @@ class TopicStore:
                 f"included{being})")
 
     def delete_topic(self, name: str) -> int:
-        """Remove ``name`` and its partitions' data; returns its partition count.
+        """Delete ``name`` here and now (tools and tests; the broker splits it so the file
+        system work runs off its event loop: :meth:`begin_delete_topic`). Returns its
+        partition count; raises as :meth:`begin_delete_topic` and :meth:`commit_deletes`
+        (the topic is then untouched)."""
+        deletion = self.begin_delete_topic(name)
+        try:
+            self.commit_deletes([deletion])
+        finally:
+            self.finish_delete(deletion)
+        self.purge()
+        return deletion.count
+
+    def begin_delete_topic(self, name: str) -> Deletion:
+        """Loop thread: check, then hide ``name`` at once (lookups answer unknown, its
+        name stays taken). Run :meth:`commit_deletes` (any thread), then
+        :meth:`finish_delete` (loop thread) whatever happened.
 
         ``meta.json`` is rewritten first: once that is durable the topic is gone, whatever
         happens next. Then each log is closed and its directory renamed aside and removed
-        (after the flush in flight, if any: its ticket may fsync those directories). A
-        crash, or a removal that fails, in between leaves directories no metadata names:
-        the next open removes them, and so does creating a partition of the same name.
-        Raises :class:`NoSuchPartitionError` for an unknown topic,
-        :class:`TopicRefusedError` for an internal one, and :class:`StorageError` if the
-        metadata cannot be written (the topic is then untouched).
-        """
+        by a :meth:`purge` (after the flush in flight, if any: its ticket may fsync those
+        directories). A crash, or a removal that fails, in between leaves directories no
+        metadata names: the next open removes them, and so does creating a partition of
+        the same name. Raises :class:`NoSuchPartitionError` for an unknown topic,
+        :class:`TopicRefusedError` for an internal one."""
         self._check_open()
         count = self._meta.topics.get(name)
         if count is None:
@@ -308,29 +354,135 @@ class TopicStore:
                                     "it cannot be deleted")
         if name in self._creating:  # the broker waits for a creation before deleting
             raise StorageError(f"topic {name!r} is being given more partitions")
-        with self._meta_lock:
-            durable = {t: n for t, n in self._durable_topics.items() if t != name}
-            self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
-                                       durable))
-            self._durable_topics = durable
-        self._meta.topics = {t: n for t, n in self._meta.topics.items() if t != name}
+        logs = []
         for p in range(count):
             plog = self._logs.pop((name, p))
             self._dirty.pop(plog, None)
-            plog.close(sync=False)
-            self._doomed.add(plog.directory)
-        self._discard_doomed()
-        return count
+            logs.append(plog)
+        self._meta.topics = {t: n for t, n in self._meta.topics.items() if t != name}
+        deletion = Deletion(name, count, logs)
+        self._deleting[name] = deletion
+        return deletion
 
-    def _discard_doomed(self) -> None:
-        if self._tickets_out or not self._doomed:
+    def commit_deletes(self, deletions: Sequence[Deletion]) -> None:
+        """Any thread: one durable ``meta.json`` without the topics; raises
+        :class:`StorageError` if it cannot be written (they are then restored by
+        :meth:`finish_delete`)."""
+        names = {d.name for d in deletions}
+        with self._meta_lock:
+            durable = {t: n for t, n in self._durable_topics.items() if t not in names}
+            self._write_meta(StoreMeta(self._meta.cluster_id, self._meta.offsets_partitions,
+                                       durable))
+            self._durable_topics = durable
+        for deletion in deletions:
+            deletion.committed = True
+
+    def finish_delete(self, deletion: Deletion, *, close: bool = True) -> None:
+        """Loop thread: a committed deletion's logs are closed and their directories
+        doomed (a :meth:`purge` removes them); one not committed is put back. With
+        ``close`` False the caller closes them a slice at a time: :meth:`close_deleted`."""
+        if self._deleting.get(deletion.name) is deletion:
+            del self._deleting[deletion.name]
+        if not deletion.committed:
+            for p, plog in enumerate(deletion.logs):
+                self._logs[(deletion.name, p)] = plog
+                self._mark_dirty(plog)  # a flush sees whether anything is left to sync
+            self._meta.topics = {**self._meta.topics, deletion.name: deletion.count}
             return
-        doomed, self._doomed = sorted(self._doomed), set()
-        for directory in doomed:
-            with contextlib.suppress(OSError):  # a stray now: removed at the next open
-                self._discard_dir(directory)
-        with contextlib.suppress(OSError):
-            self._ops.fsync_dir(self.data_dir / LOGS_DIR)
+        if close:
+            while self.close_deleted(deletion, len(deletion.logs)):
+                pass
+
+    def close_deleted(self, deletion: Deletion, most: int) -> bool:
+        """Loop thread: close up to ``most`` more logs of a committed deletion (closing
+        thousands takes milliseconds) and doom their directories; False once none is
+        left."""
+        logs = deletion.logs
+        while most > 0 and deletion.closed < len(logs):
+            plog = logs[deletion.closed]
+            plog.close(sync=False)
+            self._doomed[plog.directory] = self._tickets_taken
+            deletion.closed += 1
+            most -= 1
+        return deletion.closed < len(logs)
+
+    # --- removing files off the loop ----------------------------------------------------
+
+    def take_purge(self) -> Purge:
+        """Loop thread: what to remove now: doomed directories (once no flush ticket may
+        name them) and the files of dropped segments. Run :meth:`run_purge` (any
+        thread), then :meth:`end_purge` (loop thread)."""
+        dirs: list[Path] = []
+        if self._doomed:
+            oldest = min(self._tickets_out, default=self._tickets_taken)
+            dirs = sorted(d for d, after in self._doomed.items() if after <= oldest)
+            for directory in dirs:
+                del self._doomed[directory]
+            with self._dirs_lock:
+                self._purging.update(dirs)
+        segments, self._trash = self._trash, []
+        for plog in self._logs.values():
+            if plog.has_trash:
+                segments.extend(plog.take_trash())
+        return Purge(dirs, segments)
+
+    def run_purge(self, purge: Purge) -> None:
+        """Any thread: rename each directory aside and remove it; mark each dropped
+        segment deleted durably and unlink it. What fails is kept in ``purge``."""
+        logs_dir = self.data_dir / LOGS_DIR
+        for directory in purge.dirs:
+            with self._dirs_lock:
+                if directory not in self._purging:
+                    continue  # a creation took the name back meanwhile
+                trash = directory.with_name(
+                    f"{directory.name}.{uuid.uuid4().hex}{DELETED_SUFFIX}")
+                moved = False
+                try:
+                    self._ops.replace(directory, trash)
+                    moved = True
+                except FileNotFoundError:
+                    pass  # already gone
+                except OSError as exc:
+                    purge.failed_dirs.append((directory, exc))
+                    continue
+                finally:
+                    self._purging.discard(directory)
+            if moved:
+                try:
+                    shutil.rmtree(trash)
+                except OSError as exc:  # a stray now: removed at the next open
+                    purge.failed_dirs.append((trash, exc))
+        if purge.dirs:
+            try:
+                self._ops.fsync_dir(logs_dir)
+            except OSError as exc:
+                purge.failed_dirs.append((logs_dir, exc))
+        for segment in purge.segments:
+            try:
+                purge_segment(self._ops, segment)
+            except OSError as exc:
+                purge.failed_segments.append((segment, exc))
+
+    def end_purge(self, purge: Purge) -> None:
+        """Loop thread: log what failed; dropped segments are tried again by the next
+        purge (they are marked ``.deleted`` or still named as segments: either way never
+        served, and recovery removes the marked ones)."""
+        for path, exc in purge.failed_dirs:
+            log.warning("directory_not_removed", path=str(path), error=str(exc),
+                        retry="removed at the next start")
+        for segment, exc in purge.failed_segments:
+            log.warning("segment_not_removed", path=str(segment.log_path), error=str(exc),
+                        retry="at the next retention check")
+            self._trash.append(segment)
+
+    def purge(self) -> Purge:
+        """:meth:`take_purge`, :meth:`run_purge` and :meth:`end_purge` here and now (tools,
+        tests, and close)."""
+        purge = self.take_purge()
+        if not purge.empty:
+            self.run_purge(purge)
+            self.end_purge(purge)
+        return purge
 
     def _discard_dir(self, directory: Path) -> None:
         """Rename ``directory`` aside (atomic: its name is free at once, even if the
@@ -398,10 +550,15 @@ class TopicStore:
         plog = PartitionLog(self.data_dir / LOGS_DIR / f"{topic}-{partition}", self.config,
                             topic=topic, partition=partition, handles=self._pool,
                             trust_index=trust_index, on_dirty=self._mark_dirty)
+        plog.on_offline = functools.partial(self._log_offline, topic, partition)
         self._logs[(topic, partition)] = plog
         if plog.recovery is not None:
             self.recovery.append(plog.recovery)
         return plog
+
+    def _log_offline(self, topic: str, partition: int) -> None:
+        for listener in list(self.offline_listeners):
+            listener(topic, partition)
 
     def _mark_dirty(self, plog: PartitionLog) -> None:
         self._dirty[plog] = None
@@ -442,8 +599,10 @@ class TopicStore:
                 del self._dirty[plog]
             else:
                 items.append(item)
-        self._tickets_out += 1
-        return FlushTicket(items=items, pool=self._pool)
+        serial = self._tickets_taken
+        self._tickets_taken += 1
+        self._tickets_out.add(serial)
+        return FlushTicket(items=items, pool=self._pool, serial=serial)
 
     def complete(self, ticket: FlushTicket) -> None:
         """Loop thread, after ``ticket.sync()`` returned: advance high watermarks."""
@@ -451,8 +610,7 @@ class TopicStore:
         if not ticket.synced:
             for plog in self._offline_logs():
                 plog.report_offline()
-        self._tickets_out = max(self._tickets_out - 1, 0)
-        self._discard_doomed()
+        self._tickets_out.discard(ticket.serial)
 
     # --- health -------------------------------------------------------------------------
 
@@ -489,7 +647,9 @@ class TopicStore:
             if not plog.close(sync=sync):
                 clean = False
         self._pool.close_all()
-        self._discard_doomed()
+        if sync:  # (sync=False leaves the files as a crash would)
+            self._tickets_out.clear()  # closed: no flush runs any more
+            self.purge()
         if clean:
             with contextlib.suppress(OSError):
                 self._ops.write_file_atomic(self.data_dir / CLEAN_MARKER, b"")
@@ -513,6 +673,33 @@ class _Dirtied:
             self.store._mark_dirty(plog)
         else:
             self.logs.append(plog)
+
+
+@dataclass(eq=False)
+class Deletion:
+    """A topic being deleted: hidden since :meth:`TopicStore.begin_delete_topic`."""
+
+    name: str
+    count: int
+    logs: list[PartitionLog]
+    committed: bool = False
+    """``meta.json`` without it is durable: it is gone for good."""
+    closed: int = 0
+    """Its logs closed so far (:meth:`TopicStore.close_deleted`)."""
+
+
+@dataclass(eq=False)
+class Purge:
+    """Files to remove off the loop, and what could not be."""
+
+    dirs: list[Path]
+    segments: list[Trash]
+    failed_dirs: list[tuple[Path, OSError]] = field(default_factory=list)
+    failed_segments: list[tuple[Trash, OSError]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.dirs and not self.segments
 
 
 @dataclass(eq=False)

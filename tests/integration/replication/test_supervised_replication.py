@@ -8,6 +8,7 @@ partitions are led again, replication resumes, a controller returns, events arri
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,30 @@ async def test_an_event_forwarder_crash_is_restarted_and_events_arrive(
     assert failed == ["_forward"]
     assert counted == ["group-events-forwarder"]
     assert failures(logs, f"group-events-forwarder-{sender}")
+
+
+async def test_an_isr_shrink_loop_crash_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = LocalCluster(tmp_path, offsets_topic_num_partitions=1, replica_lag_time_max_ms=100)
+    try:
+        await c.start(1)
+        counted = counting(c)
+        leaders = node_of(c, 1).leaders
+        original = leaders.shrink_now
+        calls: list[int] = []
+        again = asyncio.Event()
+
+        def shrink_now() -> None:
+            calls.append(len(calls))
+            if len(calls) == 1:
+                raise RuntimeError("injected into shrink_now")
+            again.set()
+            original()
+
+        monkeypatch.setattr(leaders, "shrink_now", shrink_now)
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.wait_for(again.wait(), 10)
+        assert counted == ["isr-shrink"]
+        assert failures(logs, "isr-shrink-1")
+    finally:
+        await c.close()

@@ -56,7 +56,8 @@ def _image() -> ClusterImage:
 def _manager(image: ClusterImage, made: list[FakeFetcher]) -> ReplicaManager:
     watcher = SimpleNamespace(image=image, listeners=[])
     membership = SimpleNamespace(on_fenced=[], on_unfenced=[])
-    store = SimpleNamespace(partition_count=lambda name: 1 if name == "t" else None)
+    store = SimpleNamespace(partition_count=lambda name: 1 if name == "t" else None,
+                            offline_partitions=list, offline_listeners=[])
 
     def new_fetcher(leader: BrokerInfo) -> Any:
         made.append(FakeFetcher(leader))

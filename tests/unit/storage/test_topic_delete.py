@@ -132,7 +132,7 @@ def test_a_new_data_dir_never_removes_directories(data: Path) -> None:
 
 def test_directories_wait_for_the_flush_in_flight(tmp_path: Path) -> None:
     """A flush ticket taken before the deletion may fsync the partition's directory: the
-    directory stays until that ticket completes, then goes."""
+    directory stays until that ticket completes, then a purge (off the loop) removes it."""
     data = tmp_path / "data"
     store = TopicStore(data, StorageConfig(offsets_partitions=1, fsync=FsyncPolicy.ALWAYS))
     store.create_topic("busy", 1)
@@ -143,6 +143,8 @@ def test_directories_wait_for_the_flush_in_flight(tmp_path: Path) -> None:
     assert "busy-0" in _dirs(data) and store.partition_count("busy") is None
     ticket.sync()  # as the flush thread would, after the deletion: no error
     store.complete(ticket)
+    assert "busy-0" in _dirs(data)  # complete() runs on the loop: it removes nothing
+    assert store.purge().dirs == [data / "logs" / "busy-0"]
     assert "busy-0" not in _dirs(data)
     store.close()
 
