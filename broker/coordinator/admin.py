@@ -78,7 +78,7 @@ def describe_group(group: Group | None, group_id: str,
         protocol_type=group.protocol_type or "",
         protocol_data=(group.protocol_name or "") if stable else "",
         generation_id=group.generation_id, leader_id=group.leader_id, members=members,
-        rebalances=group.history.to_messages(wall_offset_ms))
+        rebalances=group.history.to_messages())
 
 
 def handle_list(engine: Engine, ctx: RequestContext, req: ListGroupsRequest) -> None:

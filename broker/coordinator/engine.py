@@ -102,12 +102,15 @@ class Engine:
              reason: str | None = None, detail: str | None = None,
              duration_ms: int | None = None,
              partitions: list[tuple[str, list[int]]] | None = None,
-             replaced_member_id: str | None = None) -> None:
+             replaced_member_id: str | None = None, ts_ms: int | None = None) -> None:
+        """``ts_ms``: the event's wall time when it is not now's (a rebalance's end is
+        its start plus its duration, as DescribeGroups shows it)."""
         self.out.events.append(GroupEvent(
             type=type_, group_id=group.group_id, generation_id=group.generation_id,
             member_id=member.member_id if member is not None else member_id,
             group_instance_id=member.group_instance_id if member is not None else None,
-            reason=reason, detail=detail, ts_ms=now_ms + self.wall_offset_ms,
+            reason=reason, detail=detail,
+            ts_ms=now_ms + self.wall_offset_ms if ts_ms is None else ts_ms,
             duration_ms=duration_ms,
             partitions=partitions if partitions is not None else [],
             replaced_member_id=replaced_member_id))
@@ -263,7 +266,8 @@ class Engine:
         if target is PREPARING_REBALANCE:
             if source is STABLE or source is EMPTY:
                 cause = cause or Cause("unknown")
-                group.history.start(cause, now_ms, group.settled_owners)
+                group.history.start(cause, now_ms, group.settled_owners,
+                                    self.wall_ms(now_ms))
                 self.emit("rebalance_started", group, now_ms, member_id=cause.member_id,
                           reason=cause.token, detail=cause.detail)
             self.answer_all_heartbeats(group, ErrorCode.REBALANCE_IN_PROGRESS)
@@ -275,7 +279,7 @@ class Engine:
                 self.emit("rebalance_completed", group, now_ms,
                           member_id=entry.trigger_member_id, reason=entry.reason,
                           detail=entry.detail, duration_ms=entry.duration_ms,
-                          partitions=entry.moved_partitions)
+                          partitions=entry.moved_partitions, ts_ms=entry.completed_wall_ms)
             if target is EMPTY:
                 self.emit("group_emptied", group, now_ms)
 

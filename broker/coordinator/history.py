@@ -38,26 +38,31 @@ class Cause:
 
 class RebalanceEntry:
     __slots__ = ("generation_id", "reason", "detail", "started_ms", "completed_ms",
-                 "duration_ms", "moved_partitions", "trigger_member_id", "owners_at_start")
+                 "duration_ms", "moved_partitions", "trigger_member_id", "owners_at_start",
+                 "started_wall_ms", "completed_wall_ms")
 
-    def __init__(self, cause: Cause, started_ms: int, owners_at_start: Owners) -> None:
+    def __init__(self, cause: Cause, started_ms: int, owners_at_start: Owners,
+                 started_wall_ms: int) -> None:
         self.generation_id: int | None = None
         self.reason = cause.token
         self.detail = cause.detail
         self.started_ms = started_ms
+        """Monotonic, for the duration; ``started_wall_ms`` is what people read, the
+        same instant as the ``rebalance_started`` event's ``ts_ms``."""
+        self.started_wall_ms = started_wall_ms
         self.completed_ms: int | None = None
+        self.completed_wall_ms: int | None = None
         self.duration_ms: int | None = None
         self.moved_partitions: TopicPartitions = []
         self.trigger_member_id = cause.member_id
         self.owners_at_start = owners_at_start
 
-    def to_message(self, wall_offset_ms: int) -> Rebalance:
-        """As DescribeGroups shows it: its times (monotonic) moved onto the wall clock."""
-        completed = self.completed_ms
+    def to_message(self) -> Rebalance:
+        """As DescribeGroups shows it: wall times taken when it started and completed
+        (as its events' ``ts_ms``), the duration from the monotonic ones."""
         return Rebalance(
             generation_id=self.generation_id, reason=self.reason, detail=self.detail,
-            started_ms=self.started_ms + wall_offset_ms,
-            completed_ms=None if completed is None else completed + wall_offset_ms,
+            started_ms=self.started_wall_ms, completed_ms=self.completed_wall_ms,
             duration_ms=self.duration_ms,
             moved_partitions=[(t, list(ps)) for t, ps in self.moved_partitions],
             trigger_member_id=self.trigger_member_id,
@@ -73,13 +78,15 @@ class RebalanceHistory:
         self._entries: deque[RebalanceEntry] = deque(maxlen=max(size, 0))
         self.running: RebalanceEntry | None = None
 
-    def start(self, cause: Cause, now_ms: int, owners: Owners) -> RebalanceEntry:
-        entry = RebalanceEntry(cause, now_ms, owners)
+    def start(self, cause: Cause, now_ms: int, owners: Owners,
+              wall_ms: int) -> RebalanceEntry:
+        entry = RebalanceEntry(cause, now_ms, owners, wall_ms)
         self.running = entry
         self._entries.append(entry)
         return entry
 
-    def complete(self, now_ms: int, generation_id: int, owners: Owners) -> RebalanceEntry | None:
+    def complete(self, now_ms: int, generation_id: int, owners: Owners,
+                 ) -> RebalanceEntry | None:
         entry = self.running
         if entry is None:
             return None
@@ -87,6 +94,9 @@ class RebalanceHistory:
         entry.generation_id = generation_id
         entry.completed_ms = now_ms
         entry.duration_ms = now_ms - entry.started_ms
+        # on the wall clock it ends its (monotonic) duration after it started, so that
+        # completed - started = duration whatever the wall clock did meanwhile
+        entry.completed_wall_ms = entry.started_wall_ms + entry.duration_ms
         entry.moved_partitions = moved_partitions(entry.owners_at_start, owners)
         entry.owners_at_start = {}
         return entry
@@ -94,8 +104,8 @@ class RebalanceHistory:
     def entries(self) -> list[RebalanceEntry]:
         return list(self._entries)
 
-    def to_messages(self, wall_offset_ms: int) -> list[Rebalance]:
-        return [e.to_message(wall_offset_ms) for e in self._entries]
+    def to_messages(self) -> list[Rebalance]:
+        return [e.to_message() for e in self._entries]
 
 
 def moved_partitions(before: Owners, after: Owners) -> TopicPartitions:

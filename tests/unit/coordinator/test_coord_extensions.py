@@ -434,3 +434,20 @@ def test_join_response_members_when_leader_rejoins_alone() -> None:
     resp = a.send_join()
     assert isinstance(resp, JoinGroupResponse) and resp.generation_id == 2
     assert join_all(sim, [a])[0].generation_id == 2
+
+
+def test_described_rebalance_times_are_those_of_its_events_whatever_the_wall_clock_did(
+        ) -> None:
+    """DescribeGroups' started/completed times are the wall times taken when the rebalance
+    started and completed, as its events' ts_ms: a later wall-clock step (or the ms
+    jitter between the two clocks) does not move them."""
+    sim = Sim()
+    sim.coord.set_wall_clock(1_000_000, sim.now)
+    a = Member(sim)
+    form_group(sim, [a])
+    sim.coord.set_wall_clock(1_000_000 + 60_000, sim.now)  # NTP stepped the wall clock
+    started = sim.events_of("rebalance_started")[0]
+    completed = sim.events_of("rebalance_completed")[0]
+    (entry,) = sim.describe("g").rebalances
+    assert (entry.started_ms, entry.completed_ms) == (started.ts_ms, completed.ts_ms)
+    assert entry.started_ms >= 1_000_000 and entry.completed_ms < 1_000_000 + 60_000
