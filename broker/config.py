@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from groupwire.broker.coordinator.config import CoordinatorConfig
-from groupwire.broker.listeners import (
+from groupwire.broker.security.listeners import (
     Listener,
     ListenerError,
     check_advertised,

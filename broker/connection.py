@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Final, cast
 
 from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
 from groupwire.broker.host import ConnectionHost
-from groupwire.broker.listeners import Listener, plaintext
 from groupwire.broker.logs import get_logger
-from groupwire.broker.tls import principal_of
+from groupwire.broker.security.listeners import Listener, plaintext
+from groupwire.broker.security.tls import principal_of
 from groupwire.protocol.codec import (
     RequestFrame,
     decode_heartbeat,

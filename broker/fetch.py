@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from groupwire.broker.coordinator import ANONYMOUS, Coordinator
-from groupwire.broker.leadership import NO_LEADER_EPOCH, Leadership, SingleBroker
 from groupwire.broker.logs import get_logger
 from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
+from groupwire.broker.partition_roles import NO_LEADER_EPOCH, Leadership, SingleBroker
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.protocol.errors import ErrorCode

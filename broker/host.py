@@ -10,14 +10,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from groupwire.broker.budget import Verdict
-from groupwire.broker.config import BrokerSettings
 from groupwire.broker.coordinator import Renewal
-from groupwire.broker.listeners import Listener
-from groupwire.broker.metrics import BrokerMetrics
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.messages import ApiVersionsResponse, Request, Response
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # names in annotations only: no import cycle at run time
+    from groupwire.broker.config import BrokerSettings
+    from groupwire.broker.metrics import BrokerMetrics
+    from groupwire.broker.security.listeners import Listener
     from groupwire.broker.security.state import SecurityState
 
 

@@ -20,9 +20,9 @@ from typing import Any, Final, TypeVar
 
 import msgpack
 
-from groupwire.broker.access import AccessControl
-from groupwire.broker.authorization import guard
 from groupwire.broker.budget import Decision, MemoryBudget, Verdict
+from groupwire.broker.clustering.controller_apis import ClusterApis
+from groupwire.broker.clustering.node import FIRST_READ_S, ClusterNode, ClusterStartError
 from groupwire.broker.config import BrokerSettings, SettingsError, validate_security
 from groupwire.broker.connection import ClientConnection
 from groupwire.broker.coordinator import (
@@ -42,26 +42,27 @@ from groupwire.broker.etcd.store import MetadataStore
 from groupwire.broker.fetch import FetchManager
 from groupwire.broker.heap import HeapSettler
 from groupwire.broker.host import Peer
-from groupwire.broker.leadership import Leadership, SingleBroker
-from groupwire.broker.listeners import Listener, advertised_addresses
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
 from groupwire.broker.metrics_endpoint import MetricsEndpoint
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.pacing import finish_in_slices, sliced
-from groupwire.broker.replication.cluster_apis import ClusterApis
-from groupwire.broker.replication.node import FIRST_READ_S, ClusterNode, ClusterStartError
+from groupwire.broker.partition_roles import Leadership, SingleBroker
 from groupwire.broker.security import (
     CredentialTable,
     SecurityState,
     SecurityStoreError,
     load_security,
 )
+from groupwire.broker.security.access import AccessControl
 from groupwire.broker.security.acls import AclBinding
+from groupwire.broker.security.apis import SecurityApis
+from groupwire.broker.security.authorization import guard
 from groupwire.broker.security.cluster_store import ClusterSecurity, follow_cluster_security
+from groupwire.broker.security.listeners import Listener, advertised_addresses
 from groupwire.broker.security.store import save_security
-from groupwire.broker.security_apis import SecurityApis
+from groupwire.broker.security.tls import ServerTls, TlsError, TlsFiles
 from groupwire.broker.storage import StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
@@ -71,7 +72,6 @@ from groupwire.broker.storage.handles import (
     raise_nofile_limit,
 )
 from groupwire.broker.supervisor import DEFAULT_RESTART, Restart, Service, Supervisor
-from groupwire.broker.tls import ServerTls, TlsError, TlsFiles
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.protocol.acls import AclOperation, ResourceType
 from groupwire.protocol.batches import MIN_BATCH_SIZE, read_header
@@ -385,7 +385,7 @@ class Broker:
 
     async def _persist_security(self, bindings: list[AclBinding],
                                 credentials: CredentialTable) -> None:
-        """Durable before it is answered (``broker.security_apis``): in a cluster, in
+        """Durable before it is answered (``broker.security.apis``): in a cluster, in
         etcd (and applied); alone, in the data dir, off the loop, as it fsyncs."""
         if self.cluster_security is not None:
             await self.cluster_security.persist(bindings, credentials)

@@ -16,7 +16,7 @@ Deleting is split the same way: the topics are hidden on the loop thread at once
 new ``meta.json`` is written and fsynced on a worker thread before the answer, and their
 directories (like the segments retention drops) are removed afterwards by :meth:`purge`,
 also off the loop. Every request is first checked by :mod:`broker.topics.rules`, as the
-cluster's controller checks it (``broker.replication.cluster_apis``).
+cluster's controller checks it (``broker.clustering.controller_apis``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from groupwire.broker.cluster.epochs import (
     UNDEFINED_EPOCH_OFFSET,
 )
 from groupwire.broker.config import BrokerSettings
-from groupwire.broker.leadership import (
+from groupwire.broker.logs import get_logger
+from groupwire.broker.partition_roles import (
     SINGLE_BROKER_LEADER_EPOCH,
     Leadership,
     SingleBroker,
 )
-from groupwire.broker.logs import get_logger
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS

@@ -12,16 +12,16 @@ from types import MethodType
 from typing import Final
 
 from groupwire.broker.coordinator import expiry, hosting, loading, unloading, writes
-from groupwire.broker.coordinator.admin import (
+from groupwire.broker.coordinator.config import CoordinatorConfig
+from groupwire.broker.coordinator.engine import Engine
+from groupwire.broker.coordinator.fencing import not_owned
+from groupwire.broker.coordinator.group_admin import (
     describe_steps,
     handle_delete,
     handle_describe,
     handle_list,
     list_steps,
 )
-from groupwire.broker.coordinator.config import CoordinatorConfig
-from groupwire.broker.coordinator.engine import Engine
-from groupwire.broker.coordinator.fencing import not_owned
 from groupwire.broker.coordinator.heartbeat import Renewal, handle_heartbeat, renew
 from groupwire.broker.coordinator.join import handle_join
 from groupwire.broker.coordinator.leave import handle_leave

@@ -1,7 +1,7 @@
 """The topic-admin rules, one copy for both modes (docs/protocol.md §4).
 
 A single broker (``broker.topic_apis``) and a cluster's controller
-(``broker.replication.cluster_apis``) used to check CreateTopics, CreatePartitions and
+(``broker.clustering.controller_apis``) used to check CreateTopics, CreatePartitions and
 DeleteTopics each in its own way, and drifted: the cluster enforced no
 ``--max-partitions`` at all, so a topic over the limit was written to etcd and then
 refused by every broker's disk, for ever. Both now ask these functions, which see only

@@ -24,8 +24,8 @@ import pytest
 
 from groupwire import create_ssl_context
 from groupwire.broker.config import BrokerSettings, parse_settings
-from groupwire.broker.listeners import Listener
-from groupwire.broker.tls import TlsFiles, principal_of, server_context
+from groupwire.broker.security.listeners import Listener
+from groupwire.broker.security.tls import TlsFiles, principal_of, server_context
 
 from .imagefiles import COMPOSE, ROOT, healthcheck_argv, image_argv, option
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from groupwire.broker.replication import cluster_apis
+from groupwire.broker.clustering import controller_apis
 from groupwire.broker.storage.metadata import OFFSETS_TOPIC
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
@@ -243,7 +243,7 @@ async def test_a_topic_change_the_watch_never_brings_back_times_out(
 
     async def watch_stalled(_predicate: object) -> None:
         await never.wait()
-    monkeypatch.setattr(cluster_apis, "CONTROLLER_WAIT_S", 0.05)
+    monkeypatch.setattr(controller_apis, "CONTROLLER_WAIT_S", 0.05)
     monkeypatch.setattr(node.controller.watcher, "until", watch_stalled)
     answer = await _create(cluster, controller, "stuck")
     assert answer.topics[0].error_code == ErrorCode.REQUEST_TIMED_OUT

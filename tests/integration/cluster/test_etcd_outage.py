@@ -17,9 +17,9 @@ import pytest
 
 from groupwire.broker.cluster.image import TopicPartition
 from groupwire.broker.cluster.txn import KeyValue, Txn, TxnResult, WatchEvent
+from groupwire.broker.clustering.node import ClusterNode
 from groupwire.broker.etcd import MemoryStore
 from groupwire.broker.etcd.store import EtcdUnavailableError
-from groupwire.broker.replication.node import ClusterNode
 from groupwire.broker.server import Broker
 from groupwire.broker.storage.metadata import OFFSETS_TOPIC
 from tests.integration.cluster.harness import LocalCluster, image_of, led_everywhere

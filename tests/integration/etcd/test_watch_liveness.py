@@ -16,8 +16,8 @@ import pytest
 
 from groupwire.broker.cluster.keys import BrokerInfo, broker_key, encode_broker
 from groupwire.broker.cluster.txn import Put, Txn, WatchEvent
+from groupwire.broker.clustering import ImageWatcher, Registration
 from groupwire.broker.etcd import EtcdClient
-from groupwire.broker.replication import Membership, MetadataWatcher
 from groupwire.cli.chaos.etcd_proxy import EtcdProxy
 from tests.integration.etcd.conftest import _free_port, running_etcd
 
@@ -88,8 +88,8 @@ async def test_a_frozen_etcd_fences_the_broker_until_it_answers_again(
     with running_etcd(_etcd(), tmp_path, url) as proc:
         client = EtcdClient([url], timeout_s=REQUEST_TIMEOUT_S,
                             watch_timeout_s=WATCH_TIMEOUT_S)
-        watcher = MetadataWatcher(client, "c")
-        membership = Membership(client, "c", info(1), TTL_S, image=watcher)
+        watcher = ImageWatcher(client, "c")
+        membership = Registration(client, "c", info(1), TTL_S, image=watcher)
         membership.on_registered.append(watcher.resync)
         watcher.on_confirmed.append(membership.image_confirmed)
         fences: list[bool] = []

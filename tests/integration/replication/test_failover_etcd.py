@@ -8,8 +8,8 @@ import time
 import uuid
 
 from groupwire.broker.cluster.keys import BrokerInfo
+from groupwire.broker.clustering import ControllerTask, ImageWatcher, Registration
 from groupwire.broker.etcd import EtcdClient
-from groupwire.broker.replication import ControllerTask, Membership, MetadataWatcher
 
 BOUND_S = 10.0
 """Lease TTL 1 s (etcd's minimum here) plus expiry, watch and one controller round."""
@@ -19,13 +19,13 @@ async def test_a_dead_leaders_partition_moves_to_the_other_isr_replica(
         etcd_endpoint: str) -> None:
     cluster = f"failover-{uuid.uuid4().hex[:8]}"
     store = EtcdClient([etcd_endpoint], timeout_s=2.0)
-    nodes: dict[int, tuple[Membership, MetadataWatcher, ControllerTask]] = {}
+    nodes: dict[int, tuple[Registration, ImageWatcher, ControllerTask]] = {}
     try:
         for node_id in (1, 2):
-            m = Membership(store, cluster,
+            m = Registration(store, cluster,
                            BrokerInfo(node_id, "127.0.0.1", 9000 + node_id, None, "x"), 1)
             await m.start()
-            w = MetadataWatcher(store, cluster)
+            w = ImageWatcher(store, cluster)
             w.start()
             c = ControllerTask(store, cluster, m, w, node_id)
             c.start()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog.testing
 
-from groupwire.broker.replication.node import ClusterNode
+from groupwire.broker.clustering.node import ClusterNode
 from groupwire.broker.server import Broker
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.protocol.batches import BatchRecord, decode_records, encode_batch

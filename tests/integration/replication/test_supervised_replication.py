@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from groupwire.broker.replication.node import ClusterNode
+from groupwire.broker.clustering.node import ClusterNode
 from groupwire.broker.storage.metadata import EVENTS_TOPIC
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode

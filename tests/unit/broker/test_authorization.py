@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from groupwire.broker.authorization import Guarded, guard
+from groupwire.broker.security.authorization import Guarded, guard
 from groupwire.protocol import messages as m
 from groupwire.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from groupwire.protocol.errors import ErrorCode

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from groupwire.broker.config import SettingsError, parse_settings
-from groupwire.broker.listeners import (
+from groupwire.broker.security.listeners import (
     Listener,
     ListenerError,
     advertised_addresses,
     parse_listeners,
 )
-from groupwire.broker.tls import principal_of
+from groupwire.broker.security.tls import principal_of
 
 
 def test_kafka_form_with_every_protocol_empty_and_ipv6_hosts() -> None:

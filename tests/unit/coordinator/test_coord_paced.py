@@ -19,7 +19,7 @@ from groupwire.broker.coordinator import (
     encode_records,
     record_from_kv,
 )
-from groupwire.broker.coordinator.admin import describe_group
+from groupwire.broker.coordinator.group_admin import describe_group
 from groupwire.broker.coordinator.paced import SORT_RUN, sorted_steps
 from groupwire.broker.coordinator.state import BY_NAME_LOWER
 from groupwire.protocol.messages import (

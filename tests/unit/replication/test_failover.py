@@ -17,16 +17,16 @@ from groupwire.broker.cluster.keys import (
     broker_key,
     controller_key,
 )
-from groupwire.broker.etcd import MemoryStore
-from groupwire.broker.etcd.store import EtcdUnavailableError
-from groupwire.broker.replication import (
+from groupwire.broker.clustering import (
     ControllerTask,
     FenceRule,
-    Membership,
-    MetadataWatcher,
+    ImageWatcher,
     NotControllerError,
+    Registration,
     RegistrationError,
 )
+from groupwire.broker.etcd import MemoryStore
+from groupwire.broker.etcd.store import EtcdUnavailableError
 
 CLUSTER = "c1"
 TTL = 3
@@ -39,8 +39,8 @@ def info(node_id: int, incarnation: str = "a") -> BrokerInfo:
 
 @dataclass
 class Node:
-    membership: Membership
-    watcher: MetadataWatcher
+    membership: Registration
+    watcher: ImageWatcher
     controller: ControllerTask
 
 
@@ -70,10 +70,10 @@ async def cluster() -> AsyncIterator[Cluster]:
     store = MemoryStore()
     nodes: dict[int, Node] = {}
     for node_id in (1, 2, 3):
-        m = Membership(store, CLUSTER, info(node_id), TTL, clock=store.now)
+        m = Registration(store, CLUSTER, info(node_id), TTL, clock=store.now)
         await m.start()
         m.stop_keep_alive()  # the test ticks
-        w = MetadataWatcher(store, CLUSTER)
+        w = ImageWatcher(store, CLUSTER)
         w.start()
         c = ControllerTask(store, CLUSTER, m, w, node_id)
         c.start()
@@ -155,10 +155,10 @@ async def test_the_controllers_lease_expiring_elects_another(cluster: Cluster) -
 
 async def test_a_restart_waits_for_its_old_registration_to_expire() -> None:
     store = MemoryStore()
-    old = Membership(store, CLUSTER, info(1, "old"), TTL, clock=store.now)
+    old = Registration(store, CLUSTER, info(1, "old"), TTL, clock=store.now)
     await old.start()
     old.stop_keep_alive()  # crashed: its lease lives on for a TTL
-    new = Membership(store, CLUSTER, info(1, "new"), TTL, clock=store.now)
+    new = Registration(store, CLUSTER, info(1, "new"), TTL, clock=store.now)
     starting = asyncio.create_task(new.start())
     for _ in range(10):  # counted steps: let it find the old key and watch it
         await asyncio.sleep(0)
@@ -177,9 +177,9 @@ async def test_a_restart_waits_for_its_old_registration_to_expire() -> None:
 
 async def test_a_live_duplicate_node_id_is_refused() -> None:
     store = MemoryStore()
-    first = Membership(store, CLUSTER, info(1, "first"), TTL, clock=store.now)
+    first = Registration(store, CLUSTER, info(1, "first"), TTL, clock=store.now)
     await first.start()
-    second = Membership(store, CLUSTER, info(1, "second"), TTL, clock=store.now,
+    second = Registration(store, CLUSTER, info(1, "second"), TTL, clock=store.now,
                         register_wait_s=0.05)
     with pytest.raises(RegistrationError, match="another broker running with this node id"):
         await second.start()
@@ -197,10 +197,10 @@ class AnswersLost(MemoryStore):
 
 async def test_a_fenced_controller_stops_acting_before_etcd_drops_its_key() -> None:
     store = AnswersLost()
-    m = Membership(store, CLUSTER, info(1), TTL, clock=store.now)
+    m = Registration(store, CLUSTER, info(1), TTL, clock=store.now)
     await m.start()
     m.stop_keep_alive()
-    w = MetadataWatcher(store, CLUSTER)
+    w = ImageWatcher(store, CLUSTER)
     w.start()
     c = ControllerTask(store, CLUSTER, m, w, 1)
     c.start()
@@ -236,7 +236,7 @@ class SlowAnswers(MemoryStore):
 
 async def test_fencing_counts_from_when_the_keep_alive_was_sent() -> None:
     store = SlowAnswers()
-    m = Membership(store, CLUSTER, info(1), TTL, clock=store.now)
+    m = Registration(store, CLUSTER, info(1), TTL, clock=store.now)
     await m.start()
     m.stop_keep_alive()
     store.advance(1)

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from groupwire.broker.cluster.image import ClusterImage
 from groupwire.broker.cluster.keys import BrokerInfo, PartitionState, TopicAssignment
-from groupwire.broker.replication.replicas import ReplicaManager
+from groupwire.broker.clustering.replica_manager import ReplicaManager
 
 ME = 1
 

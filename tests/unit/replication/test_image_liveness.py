@@ -20,9 +20,9 @@ from groupwire.broker.cluster.keys import (
     partition_key,
 )
 from groupwire.broker.cluster.txn import Put, Txn, WatchEvent
+from groupwire.broker.clustering import ImageWatcher, Registration
+from groupwire.broker.clustering.leadership import ClusterLeadership
 from groupwire.broker.etcd import MemoryStore
-from groupwire.broker.replication import Membership, MetadataWatcher
-from groupwire.broker.replication.leadership import ClusterLeadership
 from groupwire.broker.supervisor import Supervisor
 from groupwire.protocol.errors import ErrorCode
 
@@ -93,9 +93,9 @@ def clock() -> Clock:
 
 
 async def _node(store: MemoryStore, clock: Clock, supervisor: Supervisor | None = None
-                ) -> tuple[Membership, MetadataWatcher, ClusterLeadership]:
-    watcher = MetadataWatcher(store, CLUSTER, clock=clock, supervisor=supervisor)
-    membership = Membership(store, CLUSTER, info(1), TTL, clock=clock, image=watcher,
+                ) -> tuple[Registration, ImageWatcher, ClusterLeadership]:
+    watcher = ImageWatcher(store, CLUSTER, clock=clock, supervisor=supervisor)
+    membership = Registration(store, CLUSTER, info(1), TTL, clock=clock, image=watcher,
                             supervisor=supervisor)
     membership.on_registered.append(watcher.resync)
     watcher.on_confirmed.append(membership.image_confirmed)
@@ -201,7 +201,7 @@ async def test_the_watch_is_a_supervised_service_that_rereads_after_a_crash(
     store = CrashOnce()
     failures: list[str] = []
     supervisor = Supervisor(on_failure=failures.append)
-    watcher = MetadataWatcher(store, CLUSTER, supervisor=supervisor, clock=clock)
+    watcher = ImageWatcher(store, CLUSTER, supervisor=supervisor, clock=clock)
     watcher.start()
     await _until(lambda: watcher.reads >= 2)
     assert failures == ["metadata-watch"]
@@ -225,7 +225,7 @@ async def test_the_keep_alive_loop_is_a_supervised_service(clock: Clock) -> None
     store = KeepAliveCrashesOnce()
     failures: list[str] = []
     supervisor = Supervisor(on_failure=failures.append)
-    m = Membership(store, CLUSTER, info(1), 1, supervisor=supervisor)
+    m = Registration(store, CLUSTER, info(1), 1, supervisor=supervisor)
     await m.start()
     await _until(lambda: store.calls >= 2)
     assert failures == ["membership"]

@@ -17,9 +17,9 @@ from groupwire.broker.cluster.keys import (
     decode_broker,
     encode_broker,
 )
+from groupwire.broker.clustering.controller_apis import ClusterApis
+from groupwire.broker.clustering.node import ClusterNode
 from groupwire.broker.config import BrokerSettings
-from groupwire.broker.replication.cluster_apis import ClusterApis
-from groupwire.broker.replication.node import ClusterNode
 from groupwire.broker.storage.metadata import OFFSETS_TOPIC
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import coordinator_partition

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 from groupwire.broker.cluster.image import ImageChange
 from groupwire.broker.cluster.keys import BrokerInfo, broker_key, encode_broker
 from groupwire.broker.cluster.txn import Put, Txn, WatchEvent
+from groupwire.broker.clustering import ImageWatcher
 from groupwire.broker.etcd import MemoryStore
 from groupwire.broker.etcd.store import WatchCompactedError
-from groupwire.broker.replication import MetadataWatcher
 
 CLUSTER = "c1"
 
@@ -39,7 +39,7 @@ class CompactedOnce(MemoryStore):
 
 async def test_a_compacted_watch_is_answered_by_reading_again() -> None:
     store = CompactedOnce()
-    watcher = MetadataWatcher(store, CLUSTER)
+    watcher = ImageWatcher(store, CLUSTER)
     changes: list[ImageChange] = []
     watcher.listeners.append(changes.append)
     watcher.start()

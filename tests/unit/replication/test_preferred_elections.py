@@ -5,7 +5,7 @@ replica out of the ISR, a partition with no state yet)."""
 from __future__ import annotations
 
 from groupwire.broker.cluster.keys import PartitionState, TopicAssignment, encode_topic, topic_key
-from groupwire.broker.replication.controller_task import preferred_election_outcome
+from groupwire.broker.clustering.controller_runtime import preferred_election_outcome
 from groupwire.protocol.errors import ErrorCode
 from tests.unit.cluster.fake_etcd import CLUSTER, FakeEtcd, add_broker, add_topic, kill_broker
 

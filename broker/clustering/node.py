@@ -12,20 +12,20 @@ from collections.abc import Callable, Mapping
 from groupwire.broker.cluster.controller import offline_partitions
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
 from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo, Endpoint
+from groupwire.broker.clustering.controller_runtime import ControllerTask, InternalTopic
+from groupwire.broker.clustering.event_forwarding import Event, EventForwarder
+from groupwire.broker.clustering.image_watch import ImageWatcher
+from groupwire.broker.clustering.leadership import ClusterLeadership
+from groupwire.broker.clustering.registration import Registration, RegistrationError
+from groupwire.broker.clustering.replica_manager import EnsureLocal, ReplicaManager
 from groupwire.broker.config import BrokerSettings, etcd_urls
 from groupwire.broker.etcd.client import EtcdClient, EtcdTlsError, tls_context
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.controller_task import ControllerTask, InternalTopic
-from groupwire.broker.replication.events import Event, EventForwarder
 from groupwire.broker.replication.fetcher import ReplicaFetcher
 from groupwire.broker.replication.leader import LeaderStates
-from groupwire.broker.replication.leadership import ClusterLeadership
-from groupwire.broker.replication.membership import Membership, RegistrationError
-from groupwire.broker.replication.metadata_watch import MetadataWatcher
 from groupwire.broker.replication.peer import PeerDialer
 from groupwire.broker.replication.peer_auth import PeerSecurity
-from groupwire.broker.replication.replicas import EnsureLocal, ReplicaManager
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.metadata import EVENTS_TOPIC, OFFSETS_TOPIC
@@ -88,9 +88,9 @@ class ClusterNode:
             EtcdClient(etcd_urls(settings), tls=etcd_tls(settings),
                        watch_timeout_s=watch_timeout_s(settings))
             if metadata_store is None else metadata_store)
-        self.watcher = MetadataWatcher(self.etcd, self.cluster, supervisor=self.supervisor)
+        self.watcher = ImageWatcher(self.etcd, self.cluster, supervisor=self.supervisor)
         self.store = store
-        self._membership: Membership | None = None
+        self._membership: Registration | None = None
         self.controller: ControllerTask | None = None
         self.replicas: ReplicaManager | None = None
         self.events: EventForwarder | None = None
@@ -121,7 +121,7 @@ class ClusterNode:
         return self._membership is None or self._membership.fenced
 
     @property
-    def membership(self) -> Membership:
+    def membership(self) -> Registration:
         assert self._membership is not None, "start() first"
         return self._membership
 
@@ -147,7 +147,7 @@ class ClusterNode:
                           endpoints=tuple(Endpoint(name, h, p)
                                           for name, (h, p) in endpoints.items()),
                           storage_id=storage_id)
-        membership = Membership(self.etcd, self.cluster, info, ttl_s=lease_ttl_s(s),
+        membership = Registration(self.etcd, self.cluster, info, ttl_s=lease_ttl_s(s),
                                 image=self.watcher, supervisor=self.supervisor)
         # A new registration re-reads the image before the broker acts again; each
         # confirmation lets it act again at once (docs/design/cluster.md, "Liveness").

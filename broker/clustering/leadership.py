@@ -1,6 +1,6 @@
 """Who leads what on this broker in a cluster: the etcd image says who should, and a
 partition counts as led here only once its log has taken the epoch on
-(:class:`broker.replication.replicas.ReplicaManager`), and never while fenced: with
+(:class:`broker.clustering.replica_manager.ReplicaManager`), and never while fenced: with
 its lease lost, or its image not confirmed current within a lease TTL or not read
 again since it registered anew (a zombie must not lead on what it last saw)."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from groupwire.broker.cluster.image import ClusterImage, TopicPartition
 from groupwire.broker.cluster.keys import NO_LEADER, PartitionState
-from groupwire.broker.leadership import (
+from groupwire.broker.partition_roles import (
     NO_LEADER_EPOCH,
     Refusal,
     epoch_refusal,
@@ -37,7 +37,7 @@ class ClusterLeadership:
                  fenced: Callable[[], bool], *, min_insync_replicas: int = 1,
                  why_fenced: Callable[[], str | None] = lambda: None) -> None:
         """``fenced``: the broker's lease is lost or its image is not known current
-        (:attr:`Membership.fenced`); ``why_fenced`` says which, for the refusal."""
+        (:attr:`Registration.fenced`); ``why_fenced`` says which, for the refusal."""
         self._node_id = node_id
         self._why_fenced = why_fenced
         self._min_insync = min_insync_replicas

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from groupwire.broker.authorization import Allowed
 from groupwire.broker.host import Peer
 from groupwire.broker.logs import get_logger
 from groupwire.broker.metrics import BrokerMetrics
 from groupwire.broker.security.acls import Authorizer
+from groupwire.broker.security.authorization import Allowed
 from groupwire.protocol.acls import AclOperation, ResourceType
 
 log = get_logger("groupwire.security")

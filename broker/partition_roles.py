@@ -3,7 +3,7 @@
 Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch are served by a partition's leader
 only, in its current leader epoch. A single broker leads everything in epoch 0; in a
 cluster the answer comes from the etcd image and what this broker has taken on
-(``broker.replication.leadership``). The handlers see only this interface, so they read
+(``broker.clustering.leadership``). The handlers see only this interface, so they read
 the same in both modes.
 """
 

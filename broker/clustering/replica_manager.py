@@ -29,13 +29,13 @@ from collections.abc import Awaitable, Callable
 from groupwire.broker.cluster.controller import offline_replicas
 from groupwire.broker.cluster.image import ClusterImage, ImageChange, TopicPartition
 from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo
+from groupwire.broker.clustering.image_watch import ImageWatcher
+from groupwire.broker.clustering.leadership import ClusterLeadership
+from groupwire.broker.clustering.registration import Registration
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
 from groupwire.broker.replication.fetcher import ReplicaFetcher
 from groupwire.broker.replication.leader import LeaderStates
-from groupwire.broker.replication.leadership import ClusterLeadership
-from groupwire.broker.replication.membership import Membership
-from groupwire.broker.replication.metadata_watch import MetadataWatcher
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.supervisor import Service, Supervisor
@@ -50,8 +50,8 @@ EnsureLocal = Callable[[str, int], Awaitable[StorageError | None]]
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, store: TopicStore, watcher: MetadataWatcher,
-                 membership: Membership, leadership: ClusterLeadership,
+    def __init__(self, node_id: int, store: TopicStore, watcher: ImageWatcher,
+                 membership: Registration, leadership: ClusterLeadership,
                  leaders: LeaderStates, *, ensure_local: EnsureLocal,
                  new_fetcher: Callable[[BrokerInfo], ReplicaFetcher],
                  delete_local: Callable[[list[str]], None],

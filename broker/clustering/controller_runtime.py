@@ -44,10 +44,10 @@ from groupwire.broker.cluster.keys import (
 )
 from groupwire.broker.cluster.placement import InvalidReplicationFactor
 from groupwire.broker.cluster.txn import Compare, Delete, Put, Txn
+from groupwire.broker.clustering.image_watch import ImageWatcher
+from groupwire.broker.clustering.registration import Registration
 from groupwire.broker.etcd.store import EtcdError, MetadataStore
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.membership import Membership
-from groupwire.broker.replication.metadata_watch import MetadataWatcher
 from groupwire.broker.supervisor import Service, Supervisor
 from groupwire.protocol.errors import ErrorCode
 
@@ -90,8 +90,8 @@ class InternalTopic:
 
 
 class ControllerTask:
-    def __init__(self, store: MetadataStore, cluster: str, membership: Membership,
-                 watcher: MetadataWatcher, node_id: int, *,
+    def __init__(self, store: MetadataStore, cluster: str, membership: Registration,
+                 watcher: ImageWatcher, node_id: int, *,
                  supervisor: Supervisor | None = None,
                  leader_rebalance_interval_s: float | None = LEADER_REBALANCE_INTERVAL_S,
                  leader_imbalance_ratio: float = LEADER_IMBALANCE_RATIO) -> None:

@@ -12,9 +12,9 @@ from typing import TypeVar
 
 from groupwire.broker.cluster.image import ClusterImage, ImageChange
 from groupwire.broker.cluster.keys import prefix
+from groupwire.broker.clustering.registration import close_stream
 from groupwire.broker.etcd.store import EtcdError, MetadataStore, WatchCompactedError
 from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.membership import close_stream
 from groupwire.broker.supervisor import Service, Supervisor
 
 log = get_logger("groupwire.cluster")
@@ -48,7 +48,7 @@ def rebuilt_change(old: ClusterImage, new: ClusterImage) -> ImageChange:
         partitions_changed=p_add | p_upd, partitions_removed=p_rem)
 
 
-class MetadataWatcher:
+class ImageWatcher:
     """A supervised service (``metadata-watch``): a crash is logged and counted, and the
     service starts again with a full read.
 

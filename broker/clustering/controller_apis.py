@@ -9,7 +9,7 @@ group it coordinates answers COORDINATOR_NOT_AVAILABLE.
 
 A topic exists once etcd says so; each broker's replica manager then creates or deletes
 its own replicas. Produce, Fetch and the offset APIs stay in ``broker.topic_apis`` and
-``broker.fetch``, which ask ``broker.replication.leadership`` who leads.
+``broker.fetch``, which ask ``broker.clustering.leadership`` who leads.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ from groupwire.broker.cluster.controller import propose_topic_txn
 from groupwire.broker.cluster.image import ClusterImage
 from groupwire.broker.cluster.keys import NO_LEADER, BrokerInfo, TopicAssignment
 from groupwire.broker.cluster.placement import InvalidReplicationFactor
-from groupwire.broker.config import BrokerSettings
-from groupwire.broker.etcd.store import EtcdError
-from groupwire.broker.logs import get_logger
-from groupwire.broker.replication.controller_task import (
+from groupwire.broker.clustering.controller_runtime import (
     InvalidPartitionsError,
     NotControllerError,
     TopicExistsError,
     UnknownTopicError,
 )
-from groupwire.broker.replication.node import ClusterNode
+from groupwire.broker.clustering.node import ClusterNode
+from groupwire.broker.config import BrokerSettings
+from groupwire.broker.etcd.store import EtcdError
+from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.metadata import INTERNAL_TOPICS, OFFSETS_TOPIC
 from groupwire.broker.topics.rules import (
     DEFAULT,
@@ -215,7 +215,7 @@ class ClusterApis:
 
     # The rules (broker.topics.rules) see the cluster as the image has it: every
     # broker's store holds the internal topics' partitions, and a broker with a replica
-    # of a topic keeps all of its partitions (broker.replication.replicas), so that is
+    # of a topic keeps all of its partitions (broker.clustering.replica_manager), so that is
     # what it hosts. A creation may be placed on any live broker: the fullest is checked.
 
     def _limits(self) -> Limits:

@@ -1,6 +1,6 @@
 """The topic-admin interface: what the broker's shell asks of topic administration,
 served by a single broker's disk (``broker.topic_apis.TopicApis``) or by the cluster's
-controller through etcd (``broker.replication.cluster_apis.ClusterApis``). Both check
+controller through etcd (``broker.clustering.controller_apis.ClusterApis``). Both check
 every request with :mod:`.rules`, so an answer does not depend on the mode."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class FenceRule:
         self.lost = False
 
 
-class Membership:
+class Registration:
     """The keep-alive loop is a supervised service (``membership``): a crash is logged,
     counted and the loop started again; meanwhile the fence rule, which reads the clock,
     keeps the broker from acting on a lease it no longer refreshes.
