@@ -47,7 +47,8 @@ class Reply(Protocol):
 
     def __call__(self, response: FetchResponse, *, long: bool = False) -> None: ...
 Defer = Callable[[Coroutine[Any, Any, None]], None]
-"""Runs the rest of a first read as a task that holds the connection (``Broker._defer``)."""
+"""Runs the rest of a first read as a task that holds the connection
+(``RequestRunner.defer_long``)."""
 
 _clock = time.perf_counter
 _UNPARK_CHUNK = 256

@@ -117,10 +117,10 @@ async def test_a_compaction_cut_short_by_closing_restarts_to_the_same_offsets(
         resp = await conn.send(_commit(range(300), 100 * round_),
                                response_type=OffsetCommitResponse)
         assert _codes(resp) == {ErrorCode.NONE}
-    assert broker._compactions  # in the background, after the commit was answered
+    assert broker.started.runtime.compactions  # in the background, after the commit was answered
     await conn.close()
     await broker.close()  # abandons it half-way
-    assert broker._offsets_log is not None and broker._offsets_log.compactions == 0
+    assert broker.started.offsets_log.compactions == 0
 
     again = await start_broker(data_dir=tmp_path / "data")
     conn = await _open(again, "c")

@@ -65,7 +65,7 @@ class ReadSpy:
     """Counts the broker's partition reads; ``at(n)`` is an event set at the n-th."""
 
     def __init__(self, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         self.calls = 0
         self._events: dict[int, asyncio.Event] = {}
@@ -88,7 +88,7 @@ class SentSpy:
     """Records every answer the FetchManager hands to a connection."""
 
     def __init__(self, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         self.sent: list[FetchResponse] = []
         handle = fetches.handle
@@ -109,9 +109,9 @@ async def _open(broker: Broker, name: str) -> Connection:
 
 async def _settled(broker: Broker) -> None:
     """Wait for every task the broker and its FetchManager run for requests."""
-    fetches = broker._fetches
+    fetches = broker.started.fetches
     assert fetches is not None
-    while pending := [t for t in (*broker._deferred, *fetches._tasks) if not t.done()]:
+    while pending := [t for t in (*broker.runner.deferred, *fetches._tasks) if not t.done()]:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
@@ -238,7 +238,7 @@ async def test_an_append_rereads_only_its_partition_until_min_bytes_is_there(
         resp = await waiting
         assert _values(resp) == {3: [b"one"], 150: [b"two"]}
         assert reads.calls == N + 2 + N  # the second re-read, then the full read
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         assert not fetches._waiters and not fetches._by_conn
     finally:
@@ -283,7 +283,7 @@ async def test_a_parked_fetch_completes_at_max_wait_with_what_is_there(
         resp = await waiting
         assert _values(resp) == {42: [b"some"]}
         await _settled(broker)
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         assert not fetches._waiters and not fetches._by_conn and not fetches._tasks
     finally:
@@ -313,7 +313,7 @@ async def test_a_completion_spanning_slices_has_its_answer_encoded_off_the_loop(
             response_type=FetchResponse, timeout=30))
         await _round_trip(consumer)
         assert marked == []  # parked after a one-slice read
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         monkeypatch.setattr(fetches, "_slice_s", 0.0)  # the completion: a step a slice
         await produce(producer, "m", 7, [b"wake"], TS)
@@ -342,7 +342,7 @@ async def test_a_connection_closed_mid_read_gets_nothing_and_leaves_no_task(
     await _settled(broker)
     assert reads.calls < N  # the read stopped where it was
     assert sent.sent == []
-    fetches = broker._fetches
+    fetches = broker.started.fetches
     assert fetches is not None
     assert not fetches._waiters and not fetches._by_conn and not fetches._tasks
     assert fetching.done()
@@ -367,7 +367,7 @@ async def test_a_connection_closed_mid_completion_gets_nothing_and_leaves_no_tas
     await _settled(broker)
     assert reads.calls < 2 * N
     assert sent.sent == []
-    fetches = broker._fetches
+    fetches = broker.started.fetches
     assert fetches is not None
     assert not fetches._waiters and not fetches._by_conn and not fetches._tasks
     assert fetching.done()
@@ -391,7 +391,7 @@ async def test_close_answers_parked_and_completing_fetches_and_leaves_no_task(
             response_type=FetchResponse))
         await reads.at(2 * N + 10).wait()  # a's full read (after its own first) under way
         paused.clear()  # broker.close() finishes it
-        fetches = broker._fetches
+        fetches = broker.started.fetches
         assert fetches is not None
         tasks = set(fetches._tasks)
         assert tasks
@@ -438,7 +438,7 @@ async def test_an_append_made_during_an_fsync_wakes_the_fetch_once_durable(
         waiting = await _sent(consumer.send(_fetch([1], 0, max_wait_ms=60_000),
                                             response_type=FetchResponse))
         await _round_trip(consumer)  # parked on m-1
-        topics = broker._topics
+        topics = broker.started.topics
         assert topics is not None
         appended_to_1 = asyncio.Event()
         appended = topics._on_append

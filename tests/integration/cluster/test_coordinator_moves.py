@@ -38,8 +38,9 @@ GROUP = "moving"
 
 
 def _hosts(c: LocalCluster, node: int, group: str) -> bool:
-    broker = c.brokers[node]
-    return broker._coordinates(group)
+    hosting = c.brokers[node].started.hosting
+    assert hosting is not None
+    return hosting.coordinates(group)
 
 
 async def test_a_group_survives_its_coordinator_leaving_without_a_rebalance(

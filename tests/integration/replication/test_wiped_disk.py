@@ -153,6 +153,8 @@ async def _check_offline(c: LocalCluster, last: int) -> None:
     for n in NODES:
         store = c.brokers[n].store
         assert store is not None
+        if n == last and store.partition_count(TP[0]) is None:
+            continue  # its replica is not even made yet (its manager runs on its own)
         assert store.log(*TP).log_end_offset == (0 if n == last else len(ACKED))
 
 

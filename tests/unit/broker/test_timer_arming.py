@@ -4,25 +4,34 @@ clock and rounded; and a wake-up the loop runs for a deadline finds that deadlin
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
 from groupwire.broker.config import BrokerSettings
-from groupwire.broker.coordinator import Coordinator, SetTimer
+from groupwire.broker.coordinator import SetTimer
+from groupwire.broker.group_runtime import GroupRuntime
 from groupwire.broker.server import Broker
 
 KEY = ("join", "g")
 
 
-def _broker(tmp_path: Path) -> Broker:
-    settings = BrokerSettings(data_dir=tmp_path, port=0, metrics_port=-1)
-    broker = Broker(settings)
-    broker.coordinator = Coordinator(settings.coordinator_config(), lambda _t: None)
-    return broker
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[GroupRuntime]:
+    """The timer of a started broker with no groups (so none of its own is armed)."""
+    broker = Broker(BrokerSettings(data_dir=tmp_path, host="127.0.0.1", port=0,
+                                   metrics_port=-1))
+    await broker.start()
+    try:
+        yield broker.started.runtime
+    finally:
+        await broker.close()
 
 
-async def test_the_loop_timer_is_armed_for_the_exact_deadline(tmp_path: Path) -> None:
-    broker = _broker(tmp_path)
-    deadline = broker.monotonic() + 1234
+async def test_the_loop_timer_is_armed_for_the_exact_deadline(runtime: GroupRuntime) -> None:
+    broker = runtime
+    deadline = broker.now() + 1234
     broker._apply_timers((SetTimer(KEY, deadline),))
     handle = broker._timer_handle
     assert handle is not None
@@ -30,9 +39,10 @@ async def test_the_loop_timer_is_armed_for_the_exact_deadline(tmp_path: Path) ->
     handle.cancel()
 
 
-async def test_a_wake_up_for_a_deadline_fires_it_even_a_hair_early(tmp_path: Path) -> None:
-    broker = _broker(tmp_path)
-    deadline = broker.monotonic() + 1  # not yet reached when the wake-up runs below
+async def test_a_wake_up_for_a_deadline_fires_it_even_a_hair_early(
+        runtime: GroupRuntime) -> None:
+    broker = runtime
+    deadline = broker.now() + 1  # not yet reached when the wake-up runs below
     broker._apply_timers((SetTimer(KEY, deadline), SetTimer(("join", "later"), deadline + 5)))
     handle = broker._timer_handle
     assert handle is not None
