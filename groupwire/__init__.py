@@ -27,7 +27,19 @@ if TYPE_CHECKING:
         ResourceType,
         ScramMechanism,
     )
-    from groupwire.client.admin import Admin, ScramCredentialInfo
+    from groupwire.client.admin import (
+        Admin,
+        BrokerDescription,
+        ClusterDescription,
+        GroupDescription,
+        GroupListing,
+        MemberDescription,
+        PartitionDescription,
+        PartitionLag,
+        ScramCredentialInfo,
+        TopicDescription,
+        TopicSpec,
+    )
     from groupwire.client.consumer import Consumer
     from groupwire.client.listener import RebalanceListener
     from groupwire.client.producer import Producer
@@ -37,6 +49,11 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Admin": "groupwire.client.admin",
     "ScramCredentialInfo": "groupwire.client.admin",
+    # what Admin takes and returns
+    **dict.fromkeys(["BrokerDescription", "ClusterDescription", "GroupDescription",
+                     "GroupListing", "MemberDescription", "PartitionDescription",
+                     "PartitionLag", "TopicDescription", "TopicSpec"],
+                    "groupwire.client.admin"),
     **dict.fromkeys(["AccessControlEntry", "AclBinding", "AclBindingFilter", "AclOperation",
                      "AclPermission", "PatternType", "ResourcePattern", "ResourceType",
                      "ScramMechanism"], "groupwire.client.acls"),
@@ -58,8 +75,15 @@ __all__ = [
     "AclOperation",
     "AclPermission",
     "Admin",
+    "BrokerDescription",
+    "ClusterDescription",
     "Consumer",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "OffsetAndMetadata",
+    "PartitionDescription",
+    "PartitionLag",
     "PatternType",
     "Producer",
     "RebalanceListener",
@@ -70,7 +94,9 @@ __all__ = [
     "ScramCredentialInfo",
     "ScramMechanism",
     "SecurityConfig",
+    "TopicDescription",
     "TopicPartition",
+    "TopicSpec",
     "__version__",
     "create_ssl_context",
 ]
