@@ -54,6 +54,11 @@ class EtcdProxy:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", self._port)
 
+    @property
+    def connections(self) -> int:
+        """Connections open through the proxy now."""
+        return len(self._pipes)
+
     def go_half_open(self) -> None:
         """Every open connection, and each one opened until :meth:`heal`, goes silent."""
         self._half_open = True

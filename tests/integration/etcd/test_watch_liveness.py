@@ -66,7 +66,8 @@ async def test_a_watch_through_half_open_connections_fails_over(tmp_path: Path) 
             _, revision = await client.get_prefix("/t/")
             stream = client.watch("/t/", revision + 1)
             first = asyncio.ensure_future(_next_events(stream))
-            await asyncio.sleep(WATCH_TIMEOUT_S * 2)  # the watch is open through the proxy
+            # the kept request connection and the watch's stream both go through it
+            await _until(lambda: proxy.connections >= 2)
             proxy.go_half_open()
             await direct.txn(Txn((), (Put("/t/b", b"2"),)))
             events = await first
