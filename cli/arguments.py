@@ -20,6 +20,7 @@ from typing import Final
 
 from groupwire.cli.errors import CliError
 from groupwire.client.security import (
+    DEFAULT_SASL_MECHANISM,
     PLAINTEXT,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
@@ -139,7 +140,8 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
                    help="PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL, as the "
                         "broker's listener is named")
     g.add_argument("--sasl-mechanism", type=_one_of(SASL_MECHANISMS), metavar="NAME",
-                   help="PLAIN (default), SCRAM-SHA-256 or SCRAM-SHA-512")
+                   help=f"{', '.join(SASL_MECHANISMS)} (default: {DEFAULT_SASL_MECHANISM}, "
+                        "which a broker's default --sasl-enabled-mechanisms accepts)")
     g.add_argument("--sasl-username", metavar="USER", help="the SASL user name")
     g.add_argument("--ssl-cafile", metavar="PEM",
                    help="CA certificates to check the broker's certificate against "

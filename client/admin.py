@@ -35,8 +35,8 @@ from groupwire.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
-from groupwire.client.security import SecurityConfig
-from groupwire.client.types import OffsetAndMetadata, TopicPartition
+from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
+from groupwire.client.types import OffsetAndMetadata, TopicPartition, choose_bootstrap
 from groupwire.protocol.consumer import decode_assignment, decode_subscription
 from groupwire.protocol.errors import ErrorCode, ProtocolError, RemoteProtocolError
 from groupwire.protocol.messages import (
@@ -235,18 +235,23 @@ def _mechanism_from_wire(code: int) -> ScramMechanism:
 class Admin:
     """Administrative operations; an async context manager with ``start``/``close``."""
 
-    def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
+    def __init__(self, bootstrap: str | Sequence[str] | None = None, *,
+                 bootstrap_servers: str | Sequence[str] | None = None,
                  client_id: str = "groupwire-admin", request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
                  security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
+                 sasl_mechanism: str = DEFAULT_SASL_MECHANISM,
+                 sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
-        """``security_protocol`` … ``sasl_plain_password`` are aiokafka's names (or pass
-        one ``security``, as the CLI does); refused credentials raise
-        :class:`AuthenticationFailedError` from ``start``."""
-        self._cluster = Cluster(bootstrap, client_id=client_id,
+        """``bootstrap`` or aiokafka's ``bootstrap_servers`` (one of them; default
+        ``127.0.0.1:9092``, a host without a port meaning 9092). ``security_protocol`` …
+        ``sasl_plain_password`` are aiokafka's names (or pass one ``security``, as the
+        CLI does; ``sasl_mechanism`` defaults to SCRAM-SHA-256); refused credentials
+        raise :class:`AuthenticationFailedError` from ``start``."""
+        self._cluster = Cluster(choose_bootstrap("Admin", bootstrap, bootstrap_servers),
+                                client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 retry_backoff_max_ms=retry_backoff_max_ms,

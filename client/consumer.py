@@ -26,8 +26,8 @@ import contextlib
 import logging
 import ssl
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, Self
 
 from groupwire.client.assignors import (
     PartitionAssignor,
@@ -51,12 +51,21 @@ from groupwire.client.joiner import Joiner
 from groupwire.client.link import CoordinatorLink
 from groupwire.client.listener import RebalanceListener
 from groupwire.client.membership import Membership, MemberState
-from groupwire.client.metadata_watch import MetadataWatch
+from groupwire.client.metadata_watch import MetadataWatch, MissingTopics
 from groupwire.client.rebalance import Rebalancer
-from groupwire.client.security import SecurityConfig
+from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.supervisor import TaskSupervisor
-from groupwire.client.types import OffsetAndMetadata, Record, TopicPartition, parse_bootstrap
+from groupwire.client.types import (
+    KeyT,
+    OffsetAndMetadata,
+    Record,
+    TopicPartition,
+    ValueT,
+    choose_bootstrap,
+    is_topic_name,
+    parse_bootstrap,
+)
 from groupwire.protocol.errors import ProtocolError
 from groupwire.protocol.messages import FetchGroup
 
@@ -65,17 +74,49 @@ __all__ = ["Consumer"]
 log = logging.getLogger("groupwire.consumer")
 
 
-class Consumer:
+class Consumer(Generic[KeyT, ValueT]):
     """An async consumer; ``async with Consumer(...) as c:`` starts and closes it.
+
+    Takes aiokafka's ``AIOKafkaConsumer`` arguments under their names
+    (docs/how-to/aiokafka.md): ``Consumer("orders", bootstrap_servers="kafka:9092",
+    group_id="billing")`` subscribes the group to ``orders``, as does
+    ``Consumer("kafka:9092", group_id="billing")`` followed by ``subscribe(["orders"])``.
+
+    Positional arguments are topics, except a first one that contains ``:`` (or is a
+    list), which is the bootstrap address, as groupwire has always taken it: no topic
+    name holds a ``:``. The address may instead be ``bootstrap=`` or aiokafka's
+    ``bootstrap_servers=`` (``"host:port,host:port"`` or a list; a host without a port
+    means 9092); one of the three, ``127.0.0.1:9092`` without any, as Producer and
+    Admin. Topics given here need a ``group_id`` (aiokafka would read every partition
+    without one: ``assign()`` does that here).
+
+    ``key_deserializer`` / ``value_deserializer`` turn each record's key and value bytes
+    into the application's values (a None, a record without a key or value, is kept
+    None), so records are ``Record[K | None, V | None]``; one that raises stops that
+    partition at the record with a :class:`RecordDeserializationError` naming topic,
+    partition and offset, raised from the poll once the records before it were returned.
+
+    ``missing_topics``: a subscribed topic that does not exist is logged at warning once
+    (naming it and the group) after the subscription's metadata is read; ``"wait"``
+    (default) then waits for it to be created, ``"fail"`` raises
+    :class:`UnknownTopicOrPartitionError` from every poll (``getmany``, ``getone``,
+    ``async for``) while it is missing, as ``groupwire consume`` refuses one.
 
     ``clock`` (monotonic milliseconds; default the process's monotonic clock) is the one
     source of time for the consumer and its heartbeat thread: tests pass their own.
-    ``security_protocol``, ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``
-    and ``sasl_plain_password`` are aiokafka's (or pass one ``security``); refused
-    credentials raise :class:`AuthenticationFailedError` from ``start``.
+    ``security_protocol``, ``ssl_context``, ``sasl_mechanism`` (default
+    :data:`~groupwire.client.security.DEFAULT_SASL_MECHANISM`, SCRAM-SHA-256, which a
+    broker enables by default), ``sasl_plain_username`` and ``sasl_plain_password`` are
+    aiokafka's (or pass one ``security``); refused credentials raise
+    :class:`AuthenticationFailedError` from ``start``.
     """
 
-    def __init__(self, bootstrap: str | list[str], *, group_id: str | None = None,
+    def __init__(self, *topics: str | Sequence[str], bootstrap: str | Sequence[str] | None = None,
+                 bootstrap_servers: str | Sequence[str] | None = None,
+                 group_id: str | None = None,
+                 key_deserializer: Callable[[bytes], KeyT] | None = None,
+                 value_deserializer: Callable[[bytes], ValueT] | None = None,
+                 missing_topics: MissingTopics = "wait",
                  client_id: str = "groupwire", group_instance_id: str | None = None,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, rebalance_timeout_ms: int | None = None,
@@ -87,16 +128,27 @@ class Consumer:
                  request_timeout_ms: int = 30000, retry_backoff_ms: int = 100,
                  metadata_max_age_ms: int = 30000, close_timeout_ms: int = 5000,
                  clock: Clock = monotonic_ms, security_protocol: str = "PLAINTEXT",
-                 ssl_context: ssl.SSLContext | None = None, sasl_mechanism: str = "PLAIN",
+                 ssl_context: ssl.SSLContext | None = None,
+                 sasl_mechanism: str = DEFAULT_SASL_MECHANISM,
                  sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
+        given, subscribe_to = _split_positional(topics)
+        if given is not None and bootstrap is not None:
+            raise TypeError(f"Consumer() got the bootstrap address twice, positionally "
+                            f"({given!r}) and as bootstrap={bootstrap!r}: give one")
+        if subscribe_to and group_id is None:
+            raise ValueError(f"Consumer({', '.join(map(repr, subscribe_to))}): subscribing "
+                             f"to topics needs a group_id; without a group, assign() "
+                             f"partitions (aiokafka reads every partition then)")
+        self._bootstrap = parse_bootstrap(choose_bootstrap(
+            "Consumer", given if given is not None else bootstrap, bootstrap_servers,
+            given_as="bootstrap=" if given is None else "the first argument "))
         if heartbeat_interval_ms >= session_timeout_ms:
             raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
         if max_poll_records < 1:
             raise ValueError("max_poll_records must be >= 1")
-        self._bootstrap = parse_bootstrap(bootstrap)
         # one value for every connection, the heartbeat thread's included
         self._security = security or SecurityConfig.from_options(
             security_protocol=security_protocol, ssl_context=ssl_context,
@@ -132,7 +184,8 @@ class Consumer:
             fetch_max_bytes=fetch_max_bytes, max_partition_fetch_bytes=max_partition_fetch_bytes,
             retry_backoff_ms=retry_backoff_ms,
             spawn=lambda coro, name: self._tasks.spawn(coro, name=name),
-            router=self._link.cluster)
+            router=self._link.cluster, key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
@@ -158,13 +211,18 @@ class Consumer:
         self._metadata = MetadataWatch(
             joiner=self._joiner, membership=self._m, lock=self._lock, subs=self._subs,
             clock=clock, max_age_ms=metadata_max_age_ms,
-            is_joining=lambda: self._rebalance.joining)
+            is_joining=lambda: self._rebalance.joining, cluster=self._link.cluster,
+            group_id=group_id, missing_topics=missing_topics,
+            retry_backoff_ms=retry_backoff_ms,
+            spawn=lambda coro, name: self._tasks.spawn(coro, name=name), wake=self._wake)
         self._rebalance = Rebalancer(
             group_id=group_id, group_instance_id=group_instance_id, membership=self._m,
             lock=self._lock, subs=self._subs, link=self._link, joiner=self._joiner,
             committer=self._commits, protocol=protocol, clock=clock,
             session_timeout_ms=session_timeout_ms, tasks=self._tasks, wake=self._wake,
             on_assigned=self._on_assigned)
+        if subscribe_to:
+            self.subscribe(subscribe_to)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -225,7 +283,7 @@ class Consumer:
         if self._hb is not None:
             await asyncio.to_thread(self._hb.stop, self._close_timeout)
 
-    async def __aenter__(self) -> Consumer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -241,6 +299,7 @@ class Consumer:
         if isinstance(topics, str):
             topics = [topics]
         self._subs.subscribe(topics, pattern)
+        self._metadata.subscribed()
         self._rebalance.listener = listener
         with self._lock:
             self._m.request_rejoin()
@@ -255,6 +314,7 @@ class Consumer:
         owned = self._subs.assigned()
         was_member = self._subs.subscribed and self.group_id is not None
         self._subs.unsubscribe()
+        self._metadata.subscribed()
         if not was_member or not self._started:
             return
         self._rebalance.unsubscribe(owned)
@@ -349,12 +409,16 @@ class Consumer:
     # --- polling ---------------------------------------------------------------------------
 
     async def getmany(self, *partitions: TopicPartition, timeout_ms: int = 0,
-                      max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
+                      max_records: int | None = None,
+                      ) -> dict[TopicPartition, list[Record[KeyT | None, ValueT | None]]]:
         """Records by partition, waiting up to ``timeout_ms`` for some (a poll).
 
         A record that cannot be read raises :class:`CorruptRecordError` (partition and
         offset) once the records before it have been returned, at every poll until a
-        ``seek`` moves that partition on (``seek(err.topic_partition, err.offset + 1)``).
+        ``seek`` moves that partition on (``seek(err.topic_partition, err.offset + 1)``);
+        so does one a deserializer raised for, with :class:`RecordDeserializationError`.
+        With ``missing_topics="fail"``, a subscribed topic that does not exist raises
+        :class:`UnknownTopicOrPartitionError`.
         A fetch failure no retry mends (an answer that cannot be decoded, an error code
         that is not retriable) is raised once, as aiokafka raises its fetcher's errors;
         lost connections and retriable codes are retried in the background.
@@ -369,17 +433,17 @@ class Consumer:
             with self._lock:
                 self._m.poll_ended(self._clock())
 
-    async def getone(self, *partitions: TopicPartition) -> Record:
+    async def getone(self, *partitions: TopicPartition) -> Record[KeyT | None, ValueT | None]:
         while True:
             got = await self.getmany(*partitions, timeout_ms=self._fetch_max_wait_ms,
                                      max_records=1)
             for records in got.values():
                 return records[0]
 
-    def __aiter__(self) -> AsyncIterator[Record]:
+    def __aiter__(self) -> AsyncIterator[Record[KeyT | None, ValueT | None]]:
         return self
 
-    async def __anext__(self) -> Record:
+    async def __anext__(self) -> Record[KeyT | None, ValueT | None]:
         if self._closed or self._closing:
             raise StopAsyncIteration
         try:
@@ -388,7 +452,7 @@ class Consumer:
             raise StopAsyncIteration from None
 
     async def _poll(self, timeout_ms: int, max_records: int, only: set[TopicPartition],
-                    ) -> dict[TopicPartition, list[Record]]:
+                    ) -> dict[TopicPartition, list[Record[Any, Any]]]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         assert self._wakeup is not None
@@ -397,6 +461,7 @@ class Consumer:
             self._raise_pending()
             await self._coordinator_poll()
             self._raise_pending()
+            self._metadata.poll()
             if self._subs.missing_positions():
                 await self._fetcher.update_positions(self.group_id)
             failure = self._fetcher.take_error()
@@ -418,7 +483,7 @@ class Consumer:
                         await self._wakeup.wait()
 
     def _drain(self, max_records: int, only: set[TopicPartition],
-               ) -> dict[TopicPartition, list[Record]]:
+               ) -> dict[TopicPartition, list[Record[Any, Any]]]:
         if not only:
             return self._fetcher.drain(max_records)
         paused = [tp for tp in self._subs.partitions if tp not in only
@@ -548,3 +613,30 @@ class Consumer:
         self._wake()
         if self._changed is not None:
             self._changed.set()
+
+
+def _split_positional(args: tuple[str | Sequence[str], ...],
+                      ) -> tuple[str | Sequence[str] | None, list[str]]:
+    """``Consumer(*args)``: (the bootstrap address given first, or None; the topics).
+
+    A first argument with a ``:`` (or a list) is the bootstrap, as before aiokafka's
+    ``*topics`` were taken: topic names hold no ``:``, so nothing else reads so."""
+    bootstrap: str | Sequence[str] | None = None
+    topics: list[str] = []
+    for i, arg in enumerate(args):
+        if i == 0 and (not isinstance(arg, str) or ":" in arg):
+            bootstrap = arg
+            continue
+        if not isinstance(arg, str):
+            raise TypeError(f"Consumer(): topics are strings, got {arg!r} (a list of "
+                            f"bootstrap addresses comes first, or as bootstrap_servers=)")
+        if is_topic_name(arg):
+            if arg not in topics:
+                topics.append(arg)
+        elif ":" in arg:
+            raise ValueError(f"Consumer(): {arg!r} is not a topic name (those hold no ':'); "
+                             f"a bootstrap address comes first, or as bootstrap_servers=")
+        else:
+            raise ValueError(f"Consumer(): {arg!r} is neither a topic name (1 to 249 "
+                             f"letters, digits, '.', '_' or '-') nor a bootstrap HOST:PORT")
+    return bootstrap, topics

@@ -94,6 +94,7 @@ __all__ = [
     "PolicyViolationError",
     "ProtocolError",
     "RebalanceInProgressError",
+    "RecordDeserializationError",
     "RemoteProtocolError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
@@ -196,6 +197,28 @@ class CorruptRecordError(CorruptBatchError, GroupwireError):
         super().__init__(f"{topic_partition} offset {offset}: {message}", offset=offset)
         self.message = message   # the cause alone; str() also says where
         self.topic_partition = topic_partition
+
+
+class RecordDeserializationError(GroupwireError):
+    """The consumer's ``key_deserializer`` or ``value_deserializer`` raised for the record
+    at ``offset`` of ``topic_partition`` (Kafka's RecordDeserializationException); the
+    deserializer's exception is ``__cause__``, ``part`` says which one (``"key"`` or
+    ``"value"``).
+
+    Handled as a :class:`CorruptRecordError` is (the bytes are fine, the application's
+    reading of them is not, hence a class of its own): the records before it were
+    returned, and polls raise this until ``seek(err.topic_partition, err.offset + 1)``
+    skips the record, or ``seek(err.topic_partition, err.offset)`` reads it again.
+    """
+
+    def __init__(self, topic_partition: TopicPartition, offset: int, part: str,
+                 cause: BaseException) -> None:
+        self.message = f"the {part}_deserializer raised {type(cause).__name__}: {cause}"
+        super().__init__(f"{topic_partition} offset {offset}: {self.message}")
+        self.topic_partition = topic_partition
+        self.offset = offset
+        self.part = part
+        self.__cause__ = cause
 
 
 # One class per code, so applications can catch exactly what they handle.

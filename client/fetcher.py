@@ -25,6 +25,12 @@ debug. Anything else (an answer that cannot be decoded, a request-level error co
 is not retriable) is kept and raised once from the next poll (:meth:`Fetcher.take_error`)
 rather than retried in silence forever; an exception no fetch should raise (a bug) ends
 the task, and the consumer's task supervisor raises it from every poll after.
+
+The consumer's ``key_deserializer`` / ``value_deserializer`` run here, as records are
+buffered (None is passed through, never deserialized). One that raises stops the
+partition at that record as a record that cannot be read does, with a
+:class:`RecordDeserializationError`: a deserializer's bug must not end the fetch task,
+nor cost the records around it.
 """
 
 from __future__ import annotations
@@ -42,11 +48,12 @@ from groupwire.client.errors import (
     CorruptRecordError,
     GroupwireError,
     OffsetOutOfRangeError,
+    RecordDeserializationError,
     error_for,
 )
 from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
-from groupwire.protocol.batches import decode_records_partial
+from groupwire.protocol.batches import DecodedRecord, decode_records_partial
 from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.messages import (
     FetchGroup,
@@ -72,6 +79,10 @@ __all__ = ["Fetcher", "Sender", "Spawn"]
 log = logging.getLogger("groupwire.consumer.fetcher")
 
 Sender = Callable[[Request], Awaitable[Any]]
+Deserializer = Callable[[bytes], Any]
+"""What the consumer's ``key_deserializer`` / ``value_deserializer`` are: stored bytes in,
+the application's value out (never called with None)."""
+StopError = CorruptRecordError | RecordDeserializationError | BrokerResponseError
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 """Starts the Fetch task: the consumer's task supervisor, or the loop by default."""
 EARLIEST = -2
@@ -83,7 +94,8 @@ class Fetcher:
                  fetch_max_wait_ms: int, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
                  retry_backoff_ms: int = 100, spawn: Spawn | None = None,
-                 router: Cluster | None = None) -> None:
+                 router: Cluster | None = None, key_deserializer: Deserializer | None = None,
+                 value_deserializer: Deserializer | None = None) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
         self._subs = subs
@@ -96,6 +108,8 @@ class Fetcher:
         self._backoff = retry_backoff_ms / 1000
         self._spawn = spawn or _loop_task
         self._router = router
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
         self._tasks: dict[int | None, asyncio.Task[None]] = {}  # node -> its Fetch
         self._fetching: dict[int | None, set[TopicPartition]] = {}
         self._last: asyncio.Task[None] | None = None
@@ -103,8 +117,7 @@ class Fetcher:
         self._drain_from = 0
         # partition -> (its state then, the fetch offset it stopped at, the error): void
         # once the partition is reassigned or its fetch offset moves (a seek)
-        self._stopped: dict[TopicPartition, tuple[
-            PartitionState, int, CorruptRecordError | BrokerResponseError]] = {}
+        self._stopped: dict[TopicPartition, tuple[PartitionState, int, StopError]] = {}
         self._error: Exception | None = None  # a fetch failure no retry mends: next poll's
         self._failures = 0  # retriable failures in a row (the first is logged at info)
         self.on_done: Callable[[], None] | None = None   # wakes the poll
@@ -335,19 +348,51 @@ class Fetcher:
                 if not p.records:
                     continue
                 decoded, bad = decode_records_partial(p.records, requested)
-                t, part = tp
-                for r in decoded:
-                    st.buffer.append(Record(t, part, r.offset, r.key, r.value,
-                                            r.timestamp_ms, r.headers))
+                if self._key_deserializer is None and self._value_deserializer is None:
+                    t, part = tp
+                    for r in decoded:
+                        st.buffer.append(Record(t, part, r.offset, r.key, r.value,
+                                                r.timestamp_ms, r.headers))
+                    unread = None
+                else:
+                    decoded, unread = self._deserialize(tp, st, decoded)
                 if decoded:
                     st.fetch_offset = decoded[-1].offset + 1
-                if bad is not None:
+                if unread is not None:
+                    log.warning("cannot read %s at offset %d: %s", tp, unread.offset,
+                                unread.message)
+                    self._stopped[tp] = (st, st.fetch_offset, unread)
+                elif bad is not None:
                     at = st.fetch_offset
                     offset = bad.offset if bad.offset >= 0 else at
                     log.warning("cannot read %s at offset %d: %s", tp, offset, bad.message)
                     self._stopped[tp] = (st, at, CorruptRecordError(tp, offset, bad.message))
         if failed:  # answered at once with an error: do not spin
             await asyncio.sleep(self._backoff)
+
+    def _deserialize(self, tp: TopicPartition, st: PartitionState,
+                     decoded: list[DecodedRecord],
+                     ) -> tuple[list[DecodedRecord], RecordDeserializationError | None]:
+        """Buffer ``decoded`` as the deserializers read them; the records buffered, and
+        the error of the first one a deserializer raised for (the rest are fetched
+        again once a seek moves the partition on)."""
+        kd, vd = self._key_deserializer, self._value_deserializer
+        t, part = tp
+        for i, r in enumerate(decoded):
+            key: Any = r.key
+            value: Any = r.value
+            which = "key"
+            try:
+                if kd is not None and key is not None:
+                    key = kd(key)
+                which = "value"
+                if vd is not None and value is not None:
+                    value = vd(value)
+            except Exception as exc:  # the application's code: told, not a dead task
+                return decoded[:i], RecordDeserializationError(tp, r.offset, which, exc)
+            st.buffer.append(Record(t, part, r.offset, key, value, r.timestamp_ms,
+                                    r.headers))
+        return decoded, None
 
     def _refuse(self, tp: TopicPartition, at: int, code: int, message: str | None,
                 group_id: str | None) -> None:
@@ -382,12 +427,11 @@ class Fetcher:
         assert self._router is not None
         return self._router.request_timeout_ms + self._max_wait_ms
 
-    def record_error(self, only: set[TopicPartition],
-                     ) -> CorruptRecordError | BrokerResponseError | None:
-        """The error of a partition stopped at a record it cannot read, once every record
-        before it has been polled (never instead of them); of ``only`` if given. Stays
-        until the partition is sought elsewhere, as Kafka's consumer does; a refusal by
-        the broker's ACLs is handed out once."""
+    def record_error(self, only: set[TopicPartition]) -> StopError | None:
+        """The error of a partition stopped at a record it cannot read (or deserialize),
+        once every record before it has been polled (never instead of them); of ``only``
+        if given. Stays until the partition is sought elsewhere, as Kafka's consumer does;
+        a refusal by the broker's ACLs is handed out once."""
         for tp in list(self._stopped):
             at = self._stopped_at(tp)
             if at is None:
@@ -396,7 +440,7 @@ class Fetcher:
             if not st.paused and not st.buffer and st.position == at and (not only
                                                                           or tp in only):
                 err = self._stopped[tp][2]
-                if not isinstance(err, CorruptRecordError):
+                if not isinstance(err, CorruptRecordError | RecordDeserializationError):
                     del self._stopped[tp]
                 return err
         return None
@@ -412,13 +456,13 @@ class Fetcher:
             return None
         return at
 
-    def drain(self, max_records: int) -> dict[TopicPartition, list[Record]]:
+    def drain(self, max_records: int) -> dict[TopicPartition, list[Record[Any, Any]]]:
         """Take up to ``max_records`` buffered records of unpaused partitions.
 
         Each drain starts one partition further on, so buffers empty evenly and the next
         Fetch covers them all, instead of one partition's long poll holding back the rest.
         """
-        out: dict[TopicPartition, list[Record]] = {}
+        out: dict[TopicPartition, list[Record[Any, Any]]] = {}
         left = max_records
         items = list(self._subs.partitions.items())
         if not items:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from groupwire.client.accumulator import Accumulator, Batch, record_size
@@ -38,9 +38,9 @@ from groupwire.client.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
-from groupwire.client.security import SecurityConfig
+from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
 from groupwire.client.supervisor import cancel_and_wait
-from groupwire.client.types import RecordMetadata, TopicPartition
+from groupwire.client.types import RecordMetadata, TopicPartition, choose_bootstrap
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import partition_for_key
@@ -76,13 +76,20 @@ class Producer:
     a leader that stalls without closing its connections costs one attempt, after which
     the record goes to whoever leads then.
 
-    ``security_protocol``, ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``
+    ``bootstrap`` (positional or keyword) or aiokafka's ``bootstrap_servers`` (one of
+    them; ``"host:port,host:port"`` or a list, a host without a port meaning 9092)
+    defaults to ``127.0.0.1:9092``. ``key_serializer`` / ``value_serializer`` are
+    aiokafka's too, called with every key and value given (None included).
+
+    ``security_protocol``, ``ssl_context``, ``sasl_mechanism`` (default SCRAM-SHA-256,
+    :data:`~groupwire.client.security.DEFAULT_SASL_MECHANISM`), ``sasl_plain_username``
     and ``sasl_plain_password`` are aiokafka's (or pass one ``security``). A topic the
     broker's ACLs do not let this client write fails its sends with
     :class:`TopicAuthorizationFailedError`, never retried.
     """
 
-    def __init__(self, bootstrap: str | list[str] = "127.0.0.1:9092", *,
+    def __init__(self, bootstrap: str | Sequence[str] | None = None, *,
+                 bootstrap_servers: str | Sequence[str] | None = None,
                  client_id: str = "groupwire-producer", acks: int | str = "all",
                  linger_ms: int = 5, max_batch_bytes: int = 1048576,
                  max_buffer_bytes: int = 33554432, request_timeout_ms: int = 30000,
@@ -92,7 +99,8 @@ class Producer:
                  key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_context: ssl.SSLContext | None = None,
-                 sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
+                 sasl_mechanism: str = DEFAULT_SASL_MECHANISM,
+                 sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None) -> None:
@@ -121,7 +129,8 @@ class Producer:
         self.metadata_max_age_ms = metadata_max_age_ms
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
-        self._cluster = Cluster(bootstrap, client_id=client_id,
+        self._cluster = Cluster(choose_bootstrap("Producer", bootstrap, bootstrap_servers),
+                                client_id=client_id,
                                 request_timeout_ms=request_timeout_ms,
                                 retry_backoff_ms=retry_backoff_ms,
                                 retry_backoff_max_ms=retry_backoff_max_ms,

@@ -18,7 +18,7 @@ from groupwire.client.errors import (
     UnsupportedSaslMechanismError,
     error_for,
 )
-from groupwire.client.security import SecurityConfig
+from groupwire.client.security import SASL_MECHANISMS, SecurityConfig
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     SaslAuthenticateRequest,
@@ -46,9 +46,9 @@ async def authenticate(conn: Connection, config: SecurityConfig, timeout: float)
         shake = await conn.send(SaslHandshakeRequest(mechanism=mechanism),
                                 response_type=SaslHandshakeResponse)
         if shake.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM:
-            raise UnsupportedSaslMechanismError(
-                f"{conn.peer} does not enable SASL mechanism {mechanism}; it enables "
-                f"{', '.join(shake.mechanisms) or 'none'}", code=shake.error_code)
+            raise UnsupportedSaslMechanismError(_mismatch(conn.peer, mechanism,
+                                                          shake.mechanisms),
+                                                code=shake.error_code)
         if shake.error_code != ErrorCode.NONE:
             raise error_for(shake.error_code, shake.error_message
                             or f"SaslHandshake to {conn.peer}")
@@ -61,6 +61,19 @@ async def authenticate(conn: Connection, config: SecurityConfig, timeout: float)
                 f"{conn.peer} failed the {mechanism} exchange for user {user!r}: its "
                 f"answer is not a valid proof ({exc}); it may not be the broker holding "
                 f"this user's credential") from None
+
+
+def _mismatch(peer: str, mechanism: str, enabled: list[str]) -> str:
+    """Both sides of a mechanism mismatch, and the way out: the broker's list alone left
+    users guessing which setting of theirs was compared with it."""
+    if not enabled:
+        return (f"{peer} enables no SASL mechanism on this listener; this client's "
+                f"sasl_mechanism is {mechanism}")
+    usable = [m for m in enabled if m in SASL_MECHANISMS]
+    fix = (f": set sasl_mechanism (--sasl-mechanism, sasl.mechanism) to "
+           f"{' or '.join(usable)}" if usable else "")
+    return (f"the broker at {peer} enables {', '.join(enabled)}; this client's "
+            f"sasl_mechanism is {mechanism}{fix}")
 
 
 async def _round(conn: Connection, data: bytes, user: str, mechanism: str) -> bytes:

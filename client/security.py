@@ -19,6 +19,7 @@ from groupwire.protocol.security import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from groupwire.protocol.tls import client_ssl_context
 
 __all__ = [
+    "DEFAULT_SASL_MECHANISM",
     "PLAINTEXT",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
@@ -28,6 +29,12 @@ __all__ = [
 ]
 
 PLAINTEXT: Final = "PLAINTEXT"
+DEFAULT_SASL_MECHANISM: Final = "SCRAM-SHA-256"
+"""The SDK's (and the CLI's) ``sasl_mechanism`` when none is given: one a broker enables
+as configured by default (``sasl_enabled_mechanisms`` SCRAM-SHA-256,SCRAM-SHA-512), and
+the one ``Admin.upsert_user_scram_credential`` creates by default, so a user made with
+the defaults logs in with the defaults. aiokafka's default is PLAIN, which sends the
+password itself and which a groupwire broker enables only when told to."""
 
 
 def create_ssl_context(*, cafile: str | Path | None = None,
@@ -43,11 +50,12 @@ def create_ssl_context(*, cafile: str | Path | None = None,
 
 @dataclass(frozen=True, slots=True)
 class SecurityConfig:
-    """One client's security settings; the default is plaintext without SASL."""
+    """One client's security settings; the default is plaintext without SASL, and SASL's
+    mechanism is :data:`DEFAULT_SASL_MECHANISM` unless one is named."""
 
     security_protocol: str = PLAINTEXT
     ssl_context: ssl.SSLContext | None = None
-    sasl_mechanism: str = "PLAIN"
+    sasl_mechanism: str = DEFAULT_SASL_MECHANISM
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = None
 
@@ -85,7 +93,8 @@ class SecurityConfig:
     @classmethod
     def from_options(cls, *, security_protocol: str = PLAINTEXT,
                      ssl_context: ssl.SSLContext | None = None,
-                     sasl_mechanism: str = "PLAIN", sasl_plain_username: str | None = None,
+                     sasl_mechanism: str = DEFAULT_SASL_MECHANISM,
+                     sasl_plain_username: str | None = None,
                      sasl_plain_password: str | None = None) -> SecurityConfig:
         """The client constructors' keyword arguments, checked (ValueError naming one)."""
         return cls(security_protocol=security_protocol, ssl_context=ssl_context,
@@ -115,7 +124,7 @@ class SecurityConfig:
             username = username or _jaas_value(jaas, "username")
             password = password or _jaas_value(jaas, "password")
         return cls(security_protocol=protocol, ssl_context=ctx,
-                   sasl_mechanism=props.get("sasl.mechanism", "PLAIN"),
+                   sasl_mechanism=props.get("sasl.mechanism", DEFAULT_SASL_MECHANISM),
                    sasl_plain_username=username, sasl_plain_password=password)
 
 

@@ -10,6 +10,7 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from groupwire.client.errors import IllegalStateError
 from groupwire.client.types import Record, TopicPartition
@@ -28,7 +29,7 @@ class PartitionState:
     owned: bool = True            # False after PARTITION_NOT_OWNED, until the next assignment
     reset_needed: bool = False    # OFFSET_OUT_OF_RANGE: apply auto_offset_reset
     highwater: int | None = None
-    buffer: deque[Record] = field(default_factory=deque)
+    buffer: deque[Record[Any, Any]] = field(default_factory=deque)  # deserialized
 
     def seek(self, offset: int) -> None:
         self.position = offset

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from groupwire.client.security import (
+    DEFAULT_SASL_MECHANISM,
     PLAINTEXT,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
@@ -170,7 +171,7 @@ def parse_security(opts: Mapping[str, str]) -> ClientSecurity:
     if protocol not in SECURITY_PROTOCOLS:
         raise OptionError(f"option 'security.protocol': expected one of "
                           f"{', '.join(SECURITY_PROTOCOLS)}, got {props['security.protocol']!r}")
-    mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+    mechanism = props.get("sasl.mechanism", DEFAULT_SASL_MECHANISM).upper()
     if mechanism not in SASL_MECHANISMS:
         raise OptionError(f"option 'sasl.mechanism': expected one of "
                           f"{', '.join(SASL_MECHANISMS)}, got {props['sasl.mechanism']!r}")
