@@ -29,9 +29,6 @@ from typing import Any
 import msgpack
 from rich.console import Console
 
-from groupwire.broker.config import BrokerSettings
-from groupwire.broker.logs import configure_logging
-from groupwire.broker.server import Broker, StartupError
 from groupwire.cli.arguments import (
     add_security_flags,
     parse_address,
@@ -129,6 +126,9 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
         target = _Target(host, port, f"{TOPIC}-{suffix}", f"{GROUP}-{suffix}", None)
         console.print(f"[bold]broker[/] at {target.bootstrap}")
         return await _scenario(target, opts, console)
+    from groupwire.broker.config import BrokerSettings  # the demo's own broker only
+    from groupwire.broker.server import Broker, StartupError
+
     with contextlib.ExitStack() as stack:
         data_dir = opts.data_dir or Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="groupwire-demo-")))
@@ -400,6 +400,8 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from groupwire.broker.logs import configure_logging
+
     configure_logging("console", "error")
     opts = options_from(args)  # a password prompt, if any, before anything starts
     return run_sdk(lambda stop: run_demo(opts, console()))

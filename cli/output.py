@@ -1,5 +1,9 @@
 """What the SDK subcommands print: a rich table for people on a terminal, plain
-tab-separated lines when piped (stable, never wrapped), one JSON document for scripts."""
+tab-separated lines when piped (stable, never wrapped), one JSON document for scripts.
+
+rich is imported when a table or console is made: a command that fails before printing
+one, or prints JSON, starts without it (40 ms of every command's start-up).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def emit_json(data: object) -> None:
@@ -37,6 +42,9 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], 
         for row in cells:
             print("\t".join(row), file=stream)
         return
+    from rich.console import Console
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
@@ -48,6 +56,8 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], 
 def console(*, stderr: bool = False) -> Console:
     """Rich output for a person; piped, lines are never wrapped mid-sentence (a reader of
     the log or a grep wants one event a line, whatever the width)."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, soft_wrap=not stream.isatty())
 

@@ -19,19 +19,8 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from groupwire.broker.config import BrokerSettings, SettingsError, etcd_urls, validate_etcd
-from groupwire.broker.etcd.client import EtcdClient, EtcdTlsError, tls_context
-from groupwire.broker.etcd.store import EtcdError
-from groupwire.broker.security.cluster_store import upsert_user
-from groupwire.broker.security.credentials import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
-    ScramCredential,
-    credential_from_password,
-)
-from groupwire.broker.security.store import SecurityStoreError, offline_upsert
 from groupwire.cli.arguments import (
     add_bootstrap_flag,
     add_connection_flags,
@@ -43,6 +32,10 @@ from groupwire.cli.output import emit_json, table
 from groupwire.cli.running import run_with_admin
 from groupwire.client.acls import ScramMechanism, parse_scram_mechanism
 from groupwire.client.admin import DEFAULT_SCRAM_ITERATIONS, Admin
+from groupwire.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS
+
+if TYPE_CHECKING:
+    from groupwire.broker.security.credentials import ScramCredential
 
 MECHANISMS = (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
 
@@ -158,6 +151,8 @@ def add(args: argparse.Namespace) -> int:
 
 def _offline_credentials(args: argparse.Namespace, mechanisms: list[ScramMechanism],
                          ) -> list[ScramCredential]:
+    from groupwire.broker.security.credentials import credential_from_password
+
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         raise CliError(f"--iterations: must be {MIN_ITERATIONS}-{MAX_ITERATIONS}, "
                        f"got {args.iterations}")
@@ -166,6 +161,8 @@ def _offline_credentials(args: argparse.Namespace, mechanisms: list[ScramMechani
 
 
 def _add_offline(args: argparse.Namespace, mechanisms: list[ScramMechanism]) -> int:
+    from groupwire.broker.security.store import SecurityStoreError, offline_upsert
+
     creds = _offline_credentials(args, mechanisms)
     try:
         offline_upsert(args.data_dir, args.name, creds)
@@ -178,7 +175,20 @@ def _add_offline(args: argparse.Namespace, mechanisms: list[ScramMechanism]) -> 
 
 def _add_to_cluster(args: argparse.Namespace, mechanisms: list[ScramMechanism]) -> int:
     """Straight into the cluster's metadata (``security/users/NAME``), merged with the
-    user's other mechanisms there under a compare-and-swap."""
+    user's other mechanisms there under a compare-and-swap. (The broker's modules are
+    imported here, by the commands that write where a broker reads, not by every
+    ``groupwire users`` command.)"""
+    from groupwire.broker.config import (
+        BrokerSettings,
+        SettingsError,
+        etcd_urls,
+        validate_etcd,
+    )
+    from groupwire.broker.etcd.client import EtcdClient, EtcdTlsError, tls_context
+    from groupwire.broker.etcd.store import EtcdError
+    from groupwire.broker.security.cluster_store import upsert_user
+    from groupwire.broker.security.store import SecurityStoreError
+
     settings = BrokerSettings(etcd_endpoints=args.etcd_endpoints,
                               cluster_name=args.cluster_name, etcd_cafile=args.etcd_cafile,
                               etcd_certfile=args.etcd_certfile,

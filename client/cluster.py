@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import socket
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Final, TypeVar
 
 from groupwire.client.connection import Connection, show_answer, tls_failure
@@ -98,15 +98,23 @@ class NoApiVersionsAnswerError(TimeoutError):
     given up on at once; a connected client's broker may be paused, and is waited for."""
 
 
-def _installed_version() -> str:
+@functools.cache
+def software_version() -> str:
+    """Sent in ApiVersions, as Kafka's clients send theirs: the installed package's
+    version, read when a first connection is made (importlib.metadata costs a command
+    that never connects 20 ms)."""
+    from importlib import metadata
+
     try:
         return metadata.version("groupwire")
     except metadata.PackageNotFoundError:  # a checkout that was never installed
         return "0+unknown"
 
 
-SOFTWARE_VERSION: Final = _installed_version()
-"""Sent in ApiVersions, as Kafka's clients send theirs: the installed package's version."""
+def __getattr__(name: str) -> str:
+    if name == "SOFTWARE_VERSION":  # the old name of software_version()
+        return software_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backoff_s(attempt: int, base_ms: int, max_ms: int, rng: random.Random | None = None,
@@ -338,7 +346,7 @@ class Cluster:
         try:
             resp = await conn.send(
                 ApiVersionsRequest(client_software_name=SOFTWARE_NAME,
-                                   client_software_version=SOFTWARE_VERSION),
+                                   client_software_version=software_version()),
                 timeout=probe_s, response_type=ApiVersionsResponse)
             self._check_versions(resp)
         except ConnectionClosedError as exc:

@@ -104,9 +104,16 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        # the package metadata's (one source: pyproject.toml); read on first use, as
-        # importlib.metadata pulls in sockets and threads the cores must not load
-        value = importlib.import_module("groupwire.client.cluster").SOFTWARE_VERSION
+        # the package metadata's (one source: pyproject.toml), as the SDK sends it
+        # (client.cluster.SOFTWARE_VERSION); read on first use, as importlib.metadata
+        # pulls in sockets and threads the cores must not load, and read here rather than
+        # through the SDK, which `groupwire --version` would otherwise import whole
+        from importlib import metadata
+
+        try:
+            value = metadata.version("groupwire")
+        except metadata.PackageNotFoundError:  # a checkout that was never installed
+            value = "0+unknown"
         globals()[name] = value
         return value
     module = _EXPORTS.get(name)

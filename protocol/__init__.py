@@ -1,7 +1,9 @@
 """groupwire's wire protocol, sans I/O: frames, messages, codec, errors, hashing.
 
-Nothing here touches sockets, event loops or clocks, and nothing keeps state: every
-message's codec is generated once, at import, into a read-only table (``bodies``).
+Nothing here touches sockets, event loops or clocks, and nothing keeps state but
+caches: a message's codec is written when first looked up, into a read-only table
+(``bodies``), and a message class's ``__init__`` when first built (``frozen``), so
+importing the package costs little.
 """
 
 from groupwire.protocol import messages

@@ -2,8 +2,8 @@
 
 - :mod:`groupwire.protocol.codegen` writes each message's decoder and encoder from its
   dataclass's type hints (the decoding and encoding rules are described there);
-- :mod:`groupwire.protocol.bodies` holds the generated codecs of every message, built
-  once at import, and encodes or decodes a lone body;
+- :mod:`groupwire.protocol.bodies` holds the generated codecs of every message, each
+  written when first looked up, and encodes or decodes a lone body;
 - :mod:`groupwire.protocol.envelope` reads and writes the request and response envelopes
   (docs/protocol.md §2) and frames pre-packed responses;
 - :mod:`groupwire.protocol.fastpath` reads a v0 Heartbeat without building objects.

@@ -2,7 +2,7 @@
 
 A request payload is ``[api_key, api_version, correlation_id, client_id, body]``, a
 response payload ``[correlation_id, body]``; bodies go through
-:data:`~groupwire.protocol.bodies.BODY_CODECS`.
+:data:`~groupwire.protocol.bodies.BODY_CODECS`, each codec written when first used.
 
 Notes: msgpack decodes its timestamp extension (type -1) without calling ``ext_hook``;
 such a value is refused wherever a field is read and, like any value under an unknown
@@ -22,7 +22,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final, TypeVar, cast
 
 import msgpack
@@ -120,11 +119,22 @@ _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 _REQUEST_ENCODERS: Final = BODY_CODECS.request_encoders
 _RESPONSE_ENCODERS: Final = BODY_CODECS.response_encoders
 
-_REQUEST_DECODERS: Final = MappingProxyType({
-    int(key): (key, *SUPPORTED_VERSIONS[key], BODY_CODECS.decoders[cls])
-    for key, cls in REQUEST_TYPES.items()
-})
-"""api key -> (ApiKey, min version, max version, body decoder)."""
+_RequestEntry = tuple[ApiKey, int, int, Fn]
+_REQUEST_DECODERS: Final[dict[int, _RequestEntry]] = {}
+"""api key -> (ApiKey, min version, max version, body decoder), each filled in by
+:func:`_request_entry` when its api is first read (the decoder is written then)."""
+
+
+def _request_entry(key: int) -> _RequestEntry | None:
+    """The entry of api ``key`` (None for an api not served), kept for the next request."""
+    try:
+        api_key = ApiKey(key)
+        cls = REQUEST_TYPES[api_key]
+    except (ValueError, KeyError):
+        return None
+    entry = _REQUEST_DECODERS[key] = (api_key, *SUPPORTED_VERSIONS[api_key],
+                                      BODY_CODECS.decoders[cls])
+    return entry
 
 
 def _is_int32(value: Any) -> bool:
@@ -167,7 +177,7 @@ def decode_request(payload: Payload) -> RequestFrame:
         raise EnvelopeError(f"request envelope: {bad} is not an int")
     if client_id is not None and type(client_id) is not str:
         raise EnvelopeError("request envelope: client_id is not str or nil")
-    entry = _REQUEST_DECODERS.get(key)
+    entry = _REQUEST_DECODERS.get(key) or _request_entry(key)
     if entry is None:
         raise UnsupportedRequestError(f"unknown api_key {key}", correlation_id=cid, api_key=key)
     api_key, lo, hi, dec = entry
@@ -215,7 +225,7 @@ def _over_limits(payload: Payload) -> RequestFrame | None:
             problem = str(exc)
         else:
             return None
-    entry = _REQUEST_DECODERS.get(key)
+    entry = _REQUEST_DECODERS.get(key) or _request_entry(key)
     if entry is None:
         raise UnsupportedRequestError(f"unknown api_key {key}", correlation_id=cid, api_key=key)
     api_key, lo, hi = entry[:3]

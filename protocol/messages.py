@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar, TypeVar, dataclass_transform
 
 from groupwire.protocol.fields import build_checker
+from groupwire.protocol.frozen import frozen_dataclass
 from groupwire.protocol.types import Int32, Int64, TopicPartitions
 
 _T = TypeVar("_T")
@@ -23,9 +24,10 @@ _T = TypeVar("_T")
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
 def _msg(cls: type[_T]) -> type[_T]:
     """``dataclass(frozen=True, kw_only=True, slots=True)``, spelled so type checkers see
-    it, whose instances check their fields when built (:func:`check_when_built`)."""
+    it, whose instances check their fields when built (:func:`check_when_built`). Made by
+    :func:`~groupwire.protocol.frozen.frozen_dataclass`, which writes no code at import."""
     cls.__post_init__ = check_when_built  # type: ignore[attr-defined]
-    return dataclass(frozen=True, kw_only=True, slots=True)(cls)
+    return frozen_dataclass(cls)
 
 
 _BUILD_CHECKS: dict[type, Callable[[object], None]] = {}

@@ -4,20 +4,26 @@ be a login that fails.
 
 The exchange is sans-I/O: :class:`SaslClient` turns the broker's answers into the next
 message to send; the caller owns the connection, the time-outs and its own error type.
+
+scramp (and the ASN.1 library it loads, 0.1 s) is imported by the SCRAM code when it
+runs: a PLAIN login, and any program that only imports the SDK, go without it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Final
-
-from scramp import ScramClient, ScramException
-from scramp.utils import saslprep
+from typing import Any, Final
 
 from groupwire.protocol.acls import ScramMechanism
 from groupwire.protocol.security import PLAIN, SASL_MECHANISMS
 
-__all__ = ["SaslClient", "SaslProofError", "scram_salted_password"]
+__all__ = ["MAX_ITERATIONS", "MIN_ITERATIONS", "SaslClient", "SaslProofError",
+           "scram_salted_password"]
+
+MIN_ITERATIONS: Final = 4096
+MAX_ITERATIONS: Final = 16384
+"""Kafka's bounds on a SCRAM credential's iteration count (the CLI checks them before
+it asks for a password, the broker when it stores one)."""
 
 _DIGESTS: Final = {ScramMechanism.SCRAM_SHA_256: "sha256",
                    ScramMechanism.SCRAM_SHA_512: "sha512"}
@@ -29,6 +35,8 @@ def scram_salted_password(mechanism: ScramMechanism, password: str, salt: bytes,
     UTF-8 after SASLprep, as scramp's client normalises it, so that a credential stored
     from a KIP-554 upsertion is the one a SCRAM login proves and a PLAIN login checks.
     A password SASLprep refuses is hashed as it is (scramp's client would refuse it)."""
+    from scramp.utils import saslprep
+
     try:
         normalised = saslprep(password)
     except Exception:  # prohibited characters
@@ -60,7 +68,11 @@ class SaslClient:
         self.mechanism = mechanism
         self.user = user
         self._password = password
-        self._scram = None if mechanism == PLAIN else ScramClient([mechanism], user, password)
+        self._scram: Any = None  # a scramp ScramClient (untyped) for SCRAM
+        if mechanism != PLAIN:
+            from scramp import ScramClient
+
+            self._scram = ScramClient([mechanism], user, password)
         self._step = 0
 
     def first(self) -> bytes:
@@ -77,6 +89,8 @@ class SaslClient:
         if scram is None or step >= 3:
             return None
         self._step += 1
+        from scramp import ScramException  # loaded already: self._scram is scramp's
+
         try:
             if step == 1:
                 scram.set_server_first(bytes(server_bytes).decode())

@@ -22,7 +22,7 @@ from typing import Final
 
 from groupwire.protocol.acls import ScramMechanism
 from groupwire.protocol.errors import ErrorCode
-from groupwire.protocol.sasl import scram_salted_password
+from groupwire.protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, scram_salted_password
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -39,9 +39,6 @@ __all__ = [
     "upsertion_problem",
 ]
 
-MIN_ITERATIONS: Final = 4096
-MAX_ITERATIONS: Final = 16384
-"""Kafka's bounds on a SCRAM credential's iteration count."""
 DEFAULT_ITERATIONS: Final = 4096
 MIN_SALT_BYTES: Final = 12
 """scramp refuses a shorter salt at authentication, so one is refused when stored."""

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from groupwire.broker.logs import configure_logging
 from groupwire.cli.arguments import (
     add_security_flags,
     bootstrap_list,
@@ -17,12 +16,11 @@ from groupwire.cli.arguments import (
     security_from_properties,
     security_properties,
 )
-from groupwire.cli.chaos.runner import (
+from groupwire.cli.chaos.options import (
     EXTERNAL_SESSION_TIMEOUT_MS,
     OWN_BROKER_SESSION_TIMEOUT_MS,
     ChaosFatal,
     ChaosOptions,
-    run_chaos,
 )
 from groupwire.cli.errors import EXIT_FAILURE, CliError
 from groupwire.cli.output import console as output_console
@@ -91,6 +89,10 @@ def options_from(args: argparse.Namespace) -> ChaosOptions:
         topic=args.topic, group=args.group, cluster=args.cluster)
     if opts.rebalance_report and opts.report is None:
         raise CliError("--rebalance-report: needs --report DIR to write it into")
+    if opts.report is not None and opts.report.is_dir() and any(opts.report.iterdir()):
+        # the verdict reads every journal in the directory: an earlier run's would count
+        raise CliError(f"--report {opts.report}: not empty (an earlier run's journals would "
+                       f"be read as this run's); choose a new directory or remove it")
     if opts.bootstrap is not None and opts.broker_faults:
         raise CliError("--broker-faults: only with the run's own broker (no --bootstrap)")
     if opts.cluster and opts.bootstrap is not None:
@@ -118,6 +120,10 @@ def _cluster_size(text: str) -> int:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
+    # the run and the broker's logging only when one runs: not for --help or a usage error
+    from groupwire.broker.logs import configure_logging
+    from groupwire.cli.chaos.runner import run_chaos
+
     opts = options_from(args)
     configure_logging("console", "error")
     # with --json, stdout carries the verdict only: progress and the table go to stderr

@@ -164,6 +164,22 @@ async def probe_as_zombie(args: argparse.Namespace, journal: Journal, who: Ident
                   commit=commit)
 
 
+async def _pause_after(exc: BaseException, backoff: Backoff, journal: Journal,
+                       stop: asyncio.Event) -> None:
+    """A fatal error ends the process (the runner is told); any other is journaled (the
+    1st, 2nd, 4th... of a streak) and waited out, the pause cut short by SIGTERM."""
+    if is_fatal(exc):
+        _report_fatal(journal, exc)
+        raise SystemExit(FATAL_EXIT) from None
+    delay = backoff.next_delay()
+    if backoff.worth_journaling():
+        journal.write(event="error", error=repr(exc), failures=backoff.failures,
+                      retry_in_s=round(delay, 3))
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay):
+            await stop.wait()
+
+
 async def run(args: argparse.Namespace) -> None:
     journal = Journal(args.journal)
     stop = asyncio.Event()
@@ -190,13 +206,15 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGCONT, resumed)
-    try:
-        await consumer.start()  # refused credentials show here: a fatal error, not a crash
-    except GroupwireError as exc:
-        if is_fatal(exc):
-            _report_fatal(journal, exc)
-            raise SystemExit(FATAL_EXIT) from None
-        raise
+    starting = Backoff()
+    while True:  # a member started while the broker restarts waits for it, as an app would
+        try:
+            await consumer.start()  # refused credentials show here: fatal, not a crash
+            break
+        except (GroupwireError, ConnectionError, TimeoutError) as exc:
+            await _pause_after(exc, starting, journal, stop)
+            if stop.is_set():
+                return
     async with consumer:
         consumer.subscribe([args.topic], listener=reporter)
         backoff = Backoff()
@@ -204,16 +222,7 @@ async def run(args: argparse.Namespace) -> None:
             try:
                 batches = await consumer.getmany(timeout_ms=100)
             except (GroupwireError, ConnectionError, TimeoutError) as exc:
-                if is_fatal(exc):
-                    _report_fatal(journal, exc)
-                    raise SystemExit(FATAL_EXIT) from None
-                delay = backoff.next_delay()
-                if backoff.worth_journaling():
-                    journal.write(event="error", error=repr(exc), failures=backoff.failures,
-                                  retry_in_s=round(delay, 3))
-                with contextlib.suppress(TimeoutError):  # the pause, cut short by SIGTERM
-                    async with asyncio.timeout(delay):
-                        await stop.wait()
+                await _pause_after(exc, backoff, journal, stop)
                 continue
             backoff.reset()
             records = [[r.partition, r.offset] for rs in batches.values() for r in rs]

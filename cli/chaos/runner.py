@@ -36,6 +36,7 @@ from groupwire.cli.chaos.cluster import (
     Roles,
 )
 from groupwire.cli.chaos.fatal import FATAL_PREFIX, explain
+from groupwire.cli.chaos.options import ChaosFatal, ChaosOptions
 from groupwire.cli.chaos.replica_logs import rebalance_times, replicas_of, values
 from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
@@ -57,14 +58,9 @@ from groupwire.client.admin import Admin, TopicSpec
 from groupwire.client.cluster import Cluster
 from groupwire.client.errors import GroupwireError
 from groupwire.client.producer import Producer
-from groupwire.client.security import SecurityConfig
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 
-OWN_BROKER_SESSION_TIMEOUT_MS = 3000
-"""The run's own broker accepts 100 ms and up: short sessions make faults quick to notice."""
-EXTERNAL_SESSION_TIMEOUT_MS = 6000
-"""The lowest session timeout a broker with default settings accepts."""
 BROKER_START_S = 60.0
 ADMIN_TIMEOUT_S = 30.0
 TASK_EXIT_S = 5.0
@@ -81,44 +77,6 @@ CLUSTER_REPLICATION = 3
 HEALTHY_WAIT_S = 15.0
 """How long a cluster fault waits for every replica to be in sync again before it strikes."""
 BROKER_STOP_S = 15.0
-
-
-class ChaosFatal(Exception):
-    """The run cannot go on; the message is the one line for the user."""
-
-
-@dataclass
-class ChaosOptions:
-    bootstrap: str | None = None
-    consumers: int = 6
-    faults: int = 20
-    records: int = 5000
-    broker_faults: int = 0
-    seed: int = 0
-    session_timeout_ms: int | None = None
-    """None: 3000 with the run's own broker, 6000 with ``bootstrap``."""
-    partitions: int = 12
-    rate: int = 500
-    report: Path | None = None
-    rebalance_report: bool = False
-    topic: str | None = None
-    """None: ``chaos-SEED-STAMP``, a topic of this run only."""
-    cluster: int = 0
-    """Brokers of the run's own cluster (with its own etcd); 0: one broker, no etcd."""
-    group: str | None = None
-    """None: ``chaos-group-SEED-STAMP``, a group of this run only."""
-    security: SecurityConfig = field(default_factory=SecurityConfig)
-    """How every client of the run reaches the broker (``bootstrap``'s only)."""
-    client_properties: dict[str, str] = field(default_factory=dict, repr=False)
-    """``security`` as Kafka client properties: the member processes build their own."""
-
-    @property
-    def session_timeout(self) -> int:
-        if self.session_timeout_ms is not None:
-            return self.session_timeout_ms
-        if self.bootstrap is None:
-            return OWN_BROKER_SESSION_TIMEOUT_MS
-        return EXTERNAL_SESSION_TIMEOUT_MS
 
 
 @dataclass
@@ -490,6 +448,10 @@ async def _inject(run: Run, fault: Fault, rng: random.Random) -> None:
     if kind.startswith(("broker-", "etcd-")):
         await _wait_for_sure_probe(run)
         now = time.time()
+    for m in run.members:  # a member that ended on its own is no target for a fault
+        if m.state != "dead" and m.proc.returncode is not None:
+            m.state = "dead"
+            run.log.append(f"{m.name} had exited by itself (code {m.proc.returncode})")
     alive = [m for m in run.members if m.state == "alive" and m is not run.sure_zombie]
     if run.cluster is not None and kind.startswith(("broker-", "etcd-")):
         await _inject_cluster(run, run.cluster, fault, rng)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from groupwire.cli.arguments import parse_address
@@ -77,3 +79,15 @@ def test_good_numbers_pass() -> None:
     assert args.history == 0
     args = build_parser().parse_args(["consume", "--topic", "t", "--max-messages", "1"])
     assert args.max_messages == 1
+
+
+def test_chaos_refuses_a_report_directory_an_earlier_run_left(tmp_path: Path) -> None:
+    """The verdict reads every journal in --report: an earlier run's would count as this
+    run's (thousands of 'duplicates'), so a directory with anything in it is refused."""
+    parser = build_parser()
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    used.mkdir()
+    (used / "member-01.jsonl").write_text("{}\n")
+    assert options_from(parser.parse_args(["chaos", "--report", str(fresh)])).report == fresh
+    with pytest.raises(CliError, match="not empty"):
+        options_from(parser.parse_args(["chaos", "--report", str(used)]))

@@ -50,7 +50,7 @@ class _Unclosed:
 @pytest.fixture
 def etcd(monkeypatch: pytest.MonkeyPatch) -> Etcd:
     found = Etcd()
-    monkeypatch.setattr("groupwire.cli.users.EtcdClient", found.client)
+    monkeypatch.setattr("groupwire.broker.etcd.client.EtcdClient", found.client)
     for env in ("GROUPWIRE_CLUSTER_NAME", "GROUPWIRE_ETCD_CAFILE", "GROUPWIRE_ETCD_CERTFILE",
                 "GROUPWIRE_ETCD_KEYFILE"):
         monkeypatch.delenv(env, raising=False)
