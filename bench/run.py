@@ -33,7 +33,8 @@ NOTES_DIR = BENCH_DIR / "notes"
 RESULTS_MD = BENCH_DIR / "RESULTS.md"
 # In the order of the list; modules not written yet are skipped.
 BENCHES = ["heartbeat", "rebalance", "failover", "throughput", "cooperative", "spark_source",
-           "memory", "soak", "cluster_failover", "cluster_throughput", "security"]
+           "memory", "soak", "cluster_failover", "cluster_throughput", "security",
+           "cli_startup", "cli_produce"]
 TIMEOUT_S = 3600.0
 SMOKE_TIMEOUT_S = 300.0
 

@@ -10,7 +10,7 @@ from groupwire.cli.arguments import add_connection_flags, non_negative_int
 from groupwire.cli.errors import EXIT_FAILURE, CliError
 from groupwire.cli.output import emit_json, iso_ms, table
 from groupwire.cli.running import run_with_admin
-from groupwire.client.admin import Admin, GroupDescription, ResetTo
+from groupwire.client.admin import Admin, GroupDescription, PartitionLag, ResetTo
 from groupwire.client.types import TopicPartition
 
 
@@ -152,15 +152,30 @@ def lag(args: argparse.Namespace) -> int:
         if args.json:
             emit_json([{"topic": tp.topic, "partition": tp.partition, "committed": v.committed,
                         "end": v.end, "lag": v.lag} for tp, v in lags.items()])
+        elif not lags:
+            print(f"group {args.group} has no committed offsets and no assigned "
+                  "partitions: its lag is unknown")
         else:
-            total = sum(v.lag for v in lags.values() if v.lag is not None)
-            table(f"group {args.group}: total lag {total}",
+            table(_lag_title(args.group, lags),
                   ["topic", "partition", "committed", "end", "lag"],
                   [(tp.topic, tp.partition, v.committed, v.end, v.lag)
                    for tp, v in lags.items()])
         return 0
 
     return run_with_admin(args, body)
+
+
+def _lag_title(group: str, lags: dict[TopicPartition, PartitionLag]) -> str:
+    """The total over committed partitions; a partition without a commit has no lag to
+    add (it is not 0), and the title says how many there are."""
+    unknown = sum(v.lag is None for v in lags.values())
+    if unknown == len(lags):
+        return f"group {group}: no committed offsets (lag unknown for {unknown} partition(s))"
+    total = sum(v.lag for v in lags.values() if v.lag is not None)
+    if unknown:
+        return (f"group {group}: total lag {total} (unknown for {unknown} partition(s) "
+                "without a commit)")
+    return f"group {group}: total lag {total}"
 
 
 def reset_offsets(args: argparse.Namespace) -> int:

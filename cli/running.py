@@ -89,6 +89,16 @@ def _install(loop: asyncio.AbstractEventLoop, stop: Stop) -> bool:
     return True
 
 
+def _quiet_after_abort(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A command cancelled by a signal leaves its clients' requests unanswered: the
+    failures of those requests, which nobody awaits any more, are no news to print."""
+    exc = context.get("exception")
+    if isinstance(exc, GroupwireError | OSError) and "never retrieved" in context.get(
+            "message", ""):
+        return
+    loop.default_exception_handler(context)
+
+
 def run_sdk(main: Callable[[Stop], Awaitable[int]], *, graceful: bool = False) -> int:
     """Run ``main(stop)``; the SDK's errors, bad values and lost connections become
     CliErrors, and a signal ends it with 128 + its number (see :class:`Stop`)."""
@@ -105,6 +115,7 @@ def run_sdk(main: Callable[[Stop], Awaitable[int]], *, graceful: bool = False) -
             if stop.signum is None:
                 raise
             task.uncancel()
+            loop.set_exception_handler(_quiet_after_abort)
             return stop.exit_code
         finally:
             if installed:
