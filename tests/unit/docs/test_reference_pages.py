@@ -41,7 +41,7 @@ def test_cli_page_covers_every_command_and_action() -> None:
     assert {"groupwire", "groupwire broker", "groupwire topics create",
             "groupwire groups reset-offsets", "groupwire chaos", "groupwire acls remove",
             "groupwire users add"} <= set(commands)
-    assert (DOCS / "reference" / "cli.md").read_text().count(HOOK.CLI_MARKER) == 1
+    assert (DOCS / "reference" / "cli.md").read_text().count(HOOK.begin_marker("cli")) == 1
 
 
 @pytest.mark.parametrize("command", ["", "broker", "groups reset-offsets", "chaos"])
@@ -53,7 +53,8 @@ def test_cli_page_is_what_help_prints(command: str) -> None:
 
 def test_configuration_page_has_every_setting_with_its_env_var() -> None:
     page = HOOK.config_markdown()
-    assert (DOCS / "reference" / "configuration.md").read_text().count(HOOK.CONFIG_MARKER) == 1
+    text = (DOCS / "reference" / "configuration.md").read_text()
+    assert text.count(HOOK.begin_marker("config")) == 1
     for opt in config.OPTIONS:
         assert f"`{config.env_of(opt.name)}`" in page
         assert (opt.negative_flag or config.flag_of(opt.name)) in page
@@ -98,3 +99,24 @@ def test_metrics_page_lists_exactly_the_exposed_metrics() -> None:
     page = (DOCS / "reference" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(groupwire_[a-z_]+)`", page, flags=re.MULTILINE))
     assert documented == _exposed_names()
+
+
+def test_generated_pages_read_whole_in_the_repository() -> None:
+    """The reference pages carry their generated text, so they read on the code host as
+    on the built site; a change to a flag, setting or docstring must refresh them."""
+    stale = HOOK.refresh_all(DOCS, write=False)
+    assert stale == [], (f"out of date: {', '.join(stale)}; run "
+                         f"`.venv/bin/python docs/hooks/generated.py` to rewrite them")
+    sdk = (DOCS / "reference" / "sdk.md").read_text()
+    for name in ("### `Consumer`", "#### `Consumer.getmany`", "### `TopicSpec`",
+                 "### `CommitFailedError`"):
+        assert name in sdk
+
+
+def test_a_refresh_replaces_only_the_text_between_the_markers() -> None:
+    page = "intro\n<!-- generated:x -->\nold\n<!-- end generated:x -->\noutro\n"
+    new = HOOK.refreshed(page, "x", "new\n\n\n\ntext")
+    assert new == "intro\n<!-- generated:x -->\n\nnew\n\ntext\n\n<!-- end generated:x -->\noutro\n"
+    assert HOOK.refreshed(new, "x", "new\n\ntext") == new
+    with pytest.raises(ValueError, match="expected one"):
+        HOOK.refreshed("no markers", "x", "text")
