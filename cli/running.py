@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -131,8 +132,11 @@ def run_sdk(main: Callable[[Stop], Awaitable[int]], *, graceful: bool = False) -
         raise CliError(str(exc)) from exc
     except (GroupwireError, ValueError, TypeError) as exc:
         raise CliError(str(exc) or type(exc).__name__) from exc
-    except (OSError, ConnectionError) as exc:
-        raise CliError(f"connection failed: {exc}") from exc
+    except (ConnectionError, TimeoutError, socket.gaierror) as exc:
+        raise CliError(f"connection failed: {exc or type(exc).__name__}") from exc
+    except OSError as exc:  # a file, a process: not the network, so not named as it
+        raise CliError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                       ) from exc
 
 
 def run_with_admin(args: argparse.Namespace, body: Callable[[Admin], Awaitable[int]], *,
