@@ -11,6 +11,7 @@ import pytest
 
 from groupwire.broker.config import BrokerSettings
 from groupwire.broker.server import Broker
+from groupwire.client.admin import Admin
 from groupwire.client.connection import Connection
 
 from .brokerproc import BrokerProcess
@@ -52,6 +53,18 @@ async def start_broker(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
 @pytest.fixture
 async def broker(start_broker: Callable[..., Awaitable[Broker]]) -> Broker:
     return await start_broker()
+
+
+@pytest.fixture
+def bootstrap(broker: Broker) -> str:
+    return f"127.0.0.1:{broker.port}"
+
+
+@pytest.fixture
+async def admin(bootstrap: str) -> AsyncIterator[Admin]:
+    """An SDK Admin on ``broker`` (files that talk raw requests define their own)."""
+    async with Admin(bootstrap, request_timeout_ms=5000) as a:
+        yield a
 
 
 @pytest.fixture

@@ -18,13 +18,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from groupwire.broker.server import Broker
 from groupwire.cli import records
 from groupwire.cli.main import main
 from groupwire.client.admin import Admin
@@ -41,17 +40,6 @@ BROKER_LOG = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[")
 @pytest.fixture(autouse=True)
 def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "240")  # rich folds cells in narrow captures
-
-
-@pytest.fixture
-def bootstrap(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
-
-
-@pytest.fixture
-async def admin(bootstrap: str) -> AsyncIterator[Admin]:
-    async with Admin(bootstrap, request_timeout_ms=5000) as a:
-        yield a
 
 
 async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

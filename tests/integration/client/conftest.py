@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from groupwire.broker.server import Broker
 from groupwire.client.admin import Admin
-
-
-@pytest.fixture
-def bootstrap(broker: Broker) -> str:
-    return f"127.0.0.1:{broker.port}"
-
-
-@pytest.fixture
-async def admin(bootstrap: str) -> AsyncIterator[Admin]:
-    async with Admin(bootstrap, request_timeout_ms=5000) as a:
-        yield a
 
 
 @pytest.fixture
