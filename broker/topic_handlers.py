@@ -135,16 +135,7 @@ class TopicHandlers:
                     conn.reply(cid, response)
             durability.after_write(lambda _err: runner.spawn(purged()))
 
-        def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
-            listener = conn.listener.name  # its advertised address is the one answered
-            if topics.auto_creates(request):
-                runner.defer(conn, cid, request, topics.metadata_creating(request, listener),
-                             reply=True)
-            else:
-                runner.answer_sliced(conn, cid, request,
-                                     topics.metadata_steps(request, listener=listener))
-
-        handlers.add(MetadataRequest, metadata)
+        handlers.add(MetadataRequest, _metadata_handler(runner, topics))
         handlers.add(FindCoordinatorRequest, lambda conn, cid, request: conn.reply(
             cid, topics.find_coordinator(request, conn.listener.name)))
         handlers.add(CreateTopicsRequest, runner.answer_later(topics.create_topics))
@@ -157,17 +148,8 @@ class TopicHandlers:
         """Cluster mode: topics, brokers and coordinators come from etcd's metadata."""
         runner = self._runner
 
-        def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
-            listener = conn.listener.name  # each broker's address for it is answered
-            if apis.auto_creates(request):
-                runner.defer(conn, cid, request, apis.metadata_creating(request, listener),
-                             reply=True)
-            else:
-                runner.answer_sliced(conn, cid, request,
-                                     apis.metadata_steps(request, listener=listener))
-
         later = runner.answer_later
-        handlers.add(MetadataRequest, metadata)
+        handlers.add(MetadataRequest, _metadata_handler(runner, apis))
         handlers.add(FindCoordinatorRequest, lambda conn, cid, request: conn.reply(
             cid, apis.find_coordinator(request, conn.listener.name)))
         handlers.add(CreateTopicsRequest, later(apis.create_topics))
@@ -222,3 +204,20 @@ def _reply_fetch(conn: Peer, cid: int, response: FetchResponse, *, long: bool = 
     if long:
         conn.answer_is_long(cid)
     conn.reply(cid, response)
+
+
+def _metadata_handler(runner: RequestRunner, source: TopicApis | ClusterApis,
+                      ) -> Callable[[Peer, int, MetadataRequest], None]:
+    """Metadata in either mode: auto-creation deferred, else answered in slices; the
+    addresses answered are those advertised for the listener the request came in on."""
+
+    def metadata(conn: Peer, cid: int, request: MetadataRequest) -> None:
+        listener = conn.listener.name
+        if source.auto_creates(request):
+            runner.defer(conn, cid, request, source.metadata_creating(request, listener),
+                         reply=True)
+        else:
+            runner.answer_sliced(conn, cid, request,
+                                 source.metadata_steps(request, listener=listener))
+
+    return metadata
