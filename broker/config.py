@@ -95,6 +95,9 @@ class BrokerSettings:
     replica_fetch_max_bytes: int = 1024 * 1024
     listeners: str = ""
     advertised_listeners: str = ""
+    kafka_on_listeners: bool = True
+    kafka_listeners: str = ""
+    kafka_advertised_listeners: str = ""
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_cafile: str = ""
@@ -133,6 +136,18 @@ class BrokerSettings:
         if not self.advertised_listeners.strip():
             return []
         return parse_listeners(self.advertised_listeners, "--advertised-listeners")
+
+    def kafka_listener_list(self) -> list[Listener]:
+        """``--kafka-listeners``: listeners that speak only Kafka's protocol (none by
+        default: Kafka clients use ``--listeners``, told apart by their first frame)."""
+        if not self.kafka_listeners.strip():
+            return []
+        return parse_listeners(self.kafka_listeners, "--kafka-listeners")
+
+    def kafka_advertised_listener_list(self) -> list[Listener]:
+        if not self.kafka_advertised_listeners.strip():
+            return []
+        return parse_listeners(self.kafka_advertised_listeners, "--kafka-advertised-listeners")
 
     def inter_broker_listener(self) -> Listener:
         """The listener brokers reach each other on (``--inter-broker-listener-name``,
@@ -338,6 +353,15 @@ OPTIONS: tuple[Option, ...] = (
            "NAME://HOST:PORT per listener as Metadata names it to clients connected "
            "there; port 0: the bound one (default: --advertised-host, else the "
            "listener's host, 127.0.0.1 for every interface)"),
+    Option("kafka_on_listeners",
+           "Kafka clients may use --listeners too: each connection is told apart by its "
+           "first frame (docs/protocol.md §13)", negative_flag="--no-kafka-on-listeners"),
+    Option("kafka_listeners",
+           "listeners that speak only Kafka's protocol, NAME://HOST:PORT as --listeners "
+           "(e.g. PLAINTEXT://0.0.0.0:19092); empty: none, Kafka clients use --listeners"),
+    Option("kafka_advertised_listeners",
+           "NAME://HOST:PORT per --kafka-listeners entry as Metadata names it to Kafka "
+           "clients connected there; port 0: the bound one"),
     Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
     Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
     Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "
@@ -509,8 +533,12 @@ def validate_security(settings: BrokerSettings) -> None:
         listeners = settings.listener_list()
         check_advertised(listeners, settings.advertised_listener_list(),
                          "--advertised-listeners")
+        kafka = settings.kafka_listener_list()
+        check_advertised(kafka, settings.kafka_advertised_listener_list(),
+                         "--kafka-advertised-listeners", "--kafka-listeners")
     except ListenerError as exc:
         raise SettingsError(str(exc)) from None
+    listeners = listeners + kafka
     if any(listener.uses_tls for listener in listeners):
         if not settings.ssl_certfile or not settings.ssl_keyfile:
             raise SettingsError(

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from groupwire.broker.budget import DEFAULT_ALLOWANCE, Verdict
 from groupwire.broker.host import ConnectionHost
@@ -38,6 +38,7 @@ from groupwire.protocol.codec import (
 )
 from groupwire.protocol.errors import BodyError, ErrorCode, FrameError, ProtocolError
 from groupwire.protocol.framing import FrameDecoder, Payload, frame
+from groupwire.protocol.kafka.sniff import DECIDING_BYTES, is_kafka_frame, refused_by_length
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import (
     RESPONSE_TYPES,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from groupwire.broker.security.sasl import SaslServer, SaslStep
 
 log = get_logger("groupwire.connection")
+T = TypeVar("T")
 
 _ORDINARY_CLOSES = frozenset({"broker-shutdown", "idle"})
 _API_VERSIONS_SERVED = range(SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][0],
@@ -87,9 +89,20 @@ def _encode(correlation_id: int, response: Response) -> bytes:
 
 
 class ClientConnection(asyncio.Protocol):
+    kafka = False
+    """The msgpack door (``Peer.kafka``)."""
+    heartbeat_fast_path = True
+    """Heartbeat frames are tried on the coordinator's fast path before full decoding
+    (the Kafka door's connection, whose frames are Kafka's, turns it off)."""
+
     def __init__(self, broker: ConnectionHost, conn_id: int,
-                 listener: Listener = _DEFAULT_LISTENER) -> None:
+                 listener: Listener = _DEFAULT_LISTENER, *,
+                 other_door: Callable[[], ClientConnection] | None = None) -> None:
         self.broker = broker
+        self._other_door = other_door
+        """A listener serving both doors (docs/protocol.md §13.1): the connection to hand
+        over to if the first bytes are a Kafka request."""
+        self._first = b""
         self.conn_id = conn_id
         self.listener = listener
         self.client_host = ""
@@ -145,6 +158,11 @@ class ClientConnection(asyncio.Protocol):
         if self._refused:
             self.abort(self._refused)
             return
+        self._opened()
+
+    def _opened(self) -> None:
+        """The connection counts: its principal, authentication deadline and idle timer."""
+        assert self._transport is not None
         if self.listener.uses_tls and not self.listener.uses_sasl:
             # asyncio and uvloop call this once the handshake is done
             self.principal = principal_of(
@@ -156,6 +174,17 @@ class ClientConnection(asyncio.Protocol):
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
+        if self._other_door is not None:  # the first bytes choose the door
+            self._first += data
+            if len(self._first) < DECIDING_BYTES and not refused_by_length(
+                    self._first, self._decoder.max_frame_bytes):
+                self._note_partial(False)  # a slow first frame times out as any other
+                return
+            data, self._first = self._first, b""
+            other, self._other_door = self._other_door, None
+            if is_kafka_frame(data):
+                self._hand_over(other(), data)
+                return
         self.broker.metrics.bytes_in += len(data)
         try:
             frames = self._decoder.feed(data)
@@ -175,6 +204,21 @@ class ClientConnection(asyncio.Protocol):
             self._drain_backlog()
         if self._decoder.buffered or self._claimed:
             self._account_memory()
+
+    def _hand_over(self, other: ClientConnection, first: bytes) -> None:
+        """The client speaks the other door's protocol: ``other`` takes the connection
+        over, under the same number, already counted; this object is done with it."""
+        for handle in (self._idle_handle, self._auth_handle, self._partial_handle):
+            if handle is not None:
+                handle.cancel()
+        self._closed = True
+        transport = self._transport
+        assert transport is not None
+        other._transport, other.client_host = transport, self.client_host
+        self.broker.connection_switched(self, other)
+        transport.set_protocol(other)
+        other._opened()
+        other.data_received(first)
 
     def pause_writing(self) -> None:
         """Answers pile up unsent: read no more requests until they drain (as Kafka mutes
@@ -213,7 +257,7 @@ class ClientConnection(asyncio.Protocol):
         renew, conn_id, now_ms = broker.renew_heartbeat, self.conn_id, broker.monotonic()
         # Not authenticated (yet): every frame takes the full path, where the gate is. An
         # authentication finished in this drain sends the rest there too, which is safe.
-        fast = not self._gated
+        fast = self.heartbeat_fast_path and not self._gated
         backlog, in_flight, out = self._backlog, self._in_flight, self._out
         clock = time.perf_counter
         # Heartbeats the fast path answers back to back form a run; each one's latency is
@@ -327,17 +371,23 @@ class ClientConnection(asyncio.Protocol):
         Its cost follows its item count: a 10 000-partition request takes ~20-30 ms to
         walk (``protocol.limits``) and build, which would hold every other connection up.
         """
+        self._off_loop(_decode, payload, self._handle_decoded)
+
+    def _off_loop(self, work: Callable[[Payload], T], payload: Payload,
+                  then: Callable[[T], None]) -> None:
+        """``then(work(payload))``, ``work`` on a worker thread; no later request of the
+        connection is taken meanwhile, and nothing is done if it closes first."""
         release = self.hold()
 
-        def decoded(future: asyncio.Future[RequestFrame | ProtocolError]) -> None:
+        def done(future: asyncio.Future[T]) -> None:
             try:
                 if not future.cancelled() and not self._closed:
-                    self._handle_decoded(future.result())
+                    then(future.result())
             finally:
                 release()
 
         loop = asyncio.get_running_loop()
-        loop.run_in_executor(None, _decode, payload).add_done_callback(decoded)
+        loop.run_in_executor(None, work, payload).add_done_callback(done)
 
     def _handle_decoded(self, req: RequestFrame | ProtocolError) -> None:
         if isinstance(req, BodyError):

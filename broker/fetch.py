@@ -29,7 +29,9 @@ from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
 from groupwire.broker.partition_roles import NO_LEADER_EPOCH, Leadership, SingleBroker
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
+from groupwire.protocol.batches import CorruptBatchError
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.kafka.records import kafka_to_msgpack
 from groupwire.protocol.messages import (
     FetchPartitionData,
     FetchRequest,
@@ -75,6 +77,8 @@ class _Fetch:
     """Who its connection authenticated as: it may name only that principal's members
     (docs/protocol.md §7.5)."""
     superuser: bool = False
+    kafka: bool = False
+    """It came through the Kafka door: its answer is converted there, not here."""
     arrived: float = 0.0
     """Loop time of arrival: ``max_wait_ms`` counts from here."""
     state: _State = _State.READING
@@ -137,12 +141,12 @@ class FetchManager:
     # --- arrival ------------------------------------------------------------------------
 
     def handle(self, conn_id: int, request: FetchRequest, reply: Reply, defer: Defer, *,
-               principal: str = ANONYMOUS) -> None:
+               principal: str = ANONYMOUS, kafka: bool = False) -> None:
         """Read, then answer or park. A read longer than a slice goes on in ``defer``.
         ``principal``: the connection's (``Peer.principal``), for member ownership."""
         fetch = _Fetch(conn_id, request, reply,
                        may_park=request.max_wait_ms > 0 and request.min_bytes > 0,
-                       principal=principal,
+                       principal=principal, kafka=kafka,
                        superuser=request.group is not None and self.superuser(principal))
         if self._closing:  # shutting down: answer with what is there
             fetch.may_park = False
@@ -254,7 +258,8 @@ class FetchManager:
             budget = min(request.max_bytes, self._max_response_bytes)
             answer, size = self._read_partition(tp, offset, min(partition_max, budget),
                                                 first_batch_always=True,
-                                                replica=request.replica_id >= 0)
+                                                replica=request.replica_id >= 0,
+                                                kafka=fetch.kafka)
             if answer.error_code != ErrorCode.NONE:
                 fetch.error = True
             fetch.ready += size - fetch.have.get(tp, 0)
@@ -460,7 +465,7 @@ class FetchManager:
                     self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(
                     tp, part.fetch_offset, min(part.partition_max_bytes, budget - total),
-                    first_batch_always=total == 0, replica=replica,
+                    first_batch_always=total == 0, replica=replica, kafka=fetch.kafka,
                 )
                 if answer.error_code != ErrorCode.NONE:
                     has_error = True
@@ -486,10 +491,12 @@ class FetchManager:
                                   error_message=refusal.message)
 
     def _read_partition(self, tp: TopicPartition, offset: int, limit: int, *,
-                        first_batch_always: bool, replica: bool = False,
+                        first_batch_always: bool, replica: bool = False, kafka: bool = False,
                         ) -> tuple[FetchPartitionData, int]:
         """``replica``: a follower reads up to the log end, consumers below the high
-        watermark."""
+        watermark. A msgpack consumer (neither a replica nor ``kafka``) of a log that
+        holds Kafka batches gets them converted (docs/protocol.md §13.4); the size
+        counted is what was read."""
         topic, partition = tp
         try:
             plog = self._store.log(topic, partition)
@@ -509,7 +516,18 @@ class FetchManager:
                 partition_index=partition, error_code=exc.code, error_message=str(exc),
                 high_watermark=plog.high_watermark, log_start_offset=plog.log_start_offset,
             ), 0
+        size = len(data)
+        if plog.holds_kafka and not replica and not kafka and data:
+            try:
+                data = kafka_to_msgpack(data)
+            except CorruptBatchError as exc:
+                log.error("corrupt_batch", topic=topic, partition=partition,
+                          fetch_offset=offset, error=str(exc))
+                return FetchPartitionData(
+                    partition_index=partition, error_code=ErrorCode.CORRUPT_MESSAGE,
+                    error_message=str(exc), high_watermark=plog.high_watermark,
+                    log_start_offset=plog.log_start_offset), 0
         return FetchPartitionData(
             partition_index=partition, high_watermark=plog.high_watermark,
             log_start_offset=plog.log_start_offset, records=data,
-        ), len(data)
+        ), size

@@ -39,6 +39,12 @@ class Peer(Protocol):
         ...
 
     @property
+    def kafka(self) -> bool:
+        """It speaks Kafka's protocol (``broker.kafka``): what it reads is served as
+        Kafka batches, converted by its door."""
+        ...
+
+    @property
     def principal(self) -> str:
         """Who the connection authenticated as: ``User:name`` (``User:ANONYMOUS`` on a
         listener without SASL or a client certificate)."""
@@ -82,6 +88,10 @@ class ConnectionHost(Protocol):
     def connection_made(self, conn: Peer) -> None:
         """The connection is open (its TLS handshake done): counted from now on, and
         refused (``refuse``) if the broker is full or closing."""
+        ...
+
+    def connection_switched(self, old: Peer, new: Peer) -> None:
+        """``new`` took ``old``'s socket over (the other door, docs/protocol.md §13.1)."""
         ...
 
     def connection_lost(self, conn: Peer) -> None: ...

@@ -29,6 +29,7 @@ from prometheus_client.utils import floatToGoString
 
 from groupwire.broker.pacing import finish_in_slices
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.kafka.codec import API_NAMES as KAFKA_API_NAMES
 from groupwire.protocol.messages import RESPONSE_TYPES, ApiKey
 from groupwire.protocol.steps import Steps, run_steps
 
@@ -379,11 +380,12 @@ class BrokerMetrics:
 
 
 def _api_name(api_key: int) -> str:
-    """Kafka's API name (``JoinGroup``) for a key, ``Unknown`` for keys we do not serve."""
+    """Kafka's API name (``JoinGroup``) for a key, ``Unknown`` for keys we do not serve
+    (the Kafka door's APIs count under the same names, docs/protocol.md §13)."""
     try:
         return RESPONSE_TYPES[ApiKey(api_key)].__name__.removesuffix("Response")
     except (ValueError, KeyError):
-        return "Unknown"
+        return KAFKA_API_NAMES.get(api_key, "Unknown")
 
 
 class ClusterView(Protocol):

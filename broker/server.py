@@ -40,6 +40,11 @@ from groupwire.broker.fetch import FetchManager
 from groupwire.broker.group_runtime import GroupRuntime
 from groupwire.broker.heap import HeapSettler
 from groupwire.broker.host import Peer
+from groupwire.broker.kafka.apis import TRANSLATORS
+from groupwire.broker.kafka.apis.configs import BrokerConfigs
+from groupwire.broker.kafka.connection import KafkaConnection
+from groupwire.broker.kafka.door import KafkaDoor, kafka_named
+from groupwire.broker.kafka.producer_ids import NODE_ID_SHIFT, LocalProducerIds
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
@@ -190,6 +195,8 @@ class Broker:
         self._advertised: dict[str, tuple[str, int]] = {}
         """The host and port Metadata names to a client of each listener."""
         self._tls: ServerTls | None = None
+        self.kafka_door = KafkaDoor(TRANSLATORS)
+        """What the Kafka door's connections share (``broker.kafka``)."""
         self.security = SecurityState((), CredentialTable(), (), ())
         """ACLs, users and SASL mechanisms: loaded from the data dir at start."""
         self._access: AccessControl | None = None
@@ -375,6 +382,10 @@ class Broker:
             except SecurityStoreError as exc:
                 raise StartupError(str(exc)) from exc
         self._start_security()
+        try:
+            self._start_kafka_door(store)
+        except StorageError as exc:
+            raise StartupError(str(exc)) from exc
         await self._listen()
         try:
             self._start_metrics(started)
@@ -437,6 +448,26 @@ class Broker:
             cid, apis.describe_credentials(request)))
         handlers.add(AlterUserScramCredentialsRequest, answer_later(apis.alter_credentials))
 
+    def _start_kafka_door(self, store: TopicStore) -> None:
+        """What the Kafka door answers itself: configs, producer ids, the ACL check."""
+        settings, door = self.settings, self.kafka_door
+        door.configs = BrokerConfigs(
+            settings, topic_exists=lambda name: store.partition_count(name) is not None)
+        ids = LocalProducerIds(settings.data_dir)
+        if settings.clustered:
+            # each broker hands out ids from its own range until the cluster allocates
+            # blocks in etcd (docs/protocol.md §13.4)
+            base = settings.node_id << NODE_ID_SHIFT
+
+            def next_id() -> int | None:
+                local = ids.next_id()
+                return None if local is None else base + local
+
+            door.new_producer_id = next_id
+        else:
+            door.new_producer_id = ids.next_id
+        door.access = self._access
+
     async def _persist_security(self, bindings: list[AclBinding],
                                 credentials: CredentialTable) -> None:
         """Durable before it is answered (``broker.security.apis``): in a cluster, in
@@ -468,32 +499,45 @@ class Broker:
         try:
             listeners = settings.listener_list()
             advertised = settings.advertised_listener_list()
+            kafka = [kafka_named(entry) for entry in settings.kafka_listener_list()]
+            kafka_advertised = [kafka_named(entry)
+                                for entry in settings.kafka_advertised_listener_list()]
         except SettingsError as exc:
             raise StartupError(str(exc)) from exc
-        if any(listener.uses_tls for listener in listeners):
+        if any(listener.uses_tls for listener in listeners + kafka):
             try:
                 self._tls = ServerTls(TlsFiles(settings.ssl_certfile, settings.ssl_keyfile,
                                                settings.ssl_cafile, settings.ssl_client_auth))
             except TlsError as exc:
                 raise StartupError(str(exc)) from exc
         loop = asyncio.get_running_loop()
-        for listener in listeners:
+        for listener in listeners + kafka:
             ssl_context = self._tls.context if self._tls and listener.uses_tls else None
+            if listener in kafka:
+                factory: Callable[[], asyncio.Protocol] = functools.partial(
+                    self._new_kafka_connection, listener)
+            elif settings.kafka_on_listeners:
+                factory = functools.partial(self._either_door, listener)
+            else:
+                factory = functools.partial(self._new_connection, listener)
             try:
                 server = await loop.create_server(
-                    functools.partial(self._new_connection, listener),
+                    factory,
                     listener.host or None, listener.port, reuse_address=True, backlog=1024,
                     start_serving=False, ssl=ssl_context, ssl_handshake_timeout=(
                         settings.ssl_handshake_timeout_ms / 1000 if ssl_context else None))
             except OSError as exc:
-                flag = f"--listeners {listener}" if settings.listeners.strip() else "--port"
+                flag = (f"--kafka-listeners {listener}" if listener in kafka
+                        else f"--listeners {listener}" if settings.listeners.strip()
+                        else "--port")
                 raise StartupError(_cannot_listen(flag, listener.host, listener.port,
                                                   exc)) from exc
             self._servers.append(server)
             self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
         self._port = self.listener_ports[listeners[0].name]
         self._advertised.update(advertised_addresses(
-            listeners, advertised, settings.advertised_host, self.listener_ports))
+            listeners + kafka, advertised + kafka_advertised, settings.advertised_host,
+            self.listener_ports))
         return listeners[0]
 
     def reload_tls(self) -> None:
@@ -655,6 +699,25 @@ class Broker:
         conn = ClientConnection(self, self._next_conn_id, listener)
         self._next_conn_id += 1
         return conn
+
+    def _new_kafka_connection(self, listener: Listener) -> KafkaConnection:
+        conn = KafkaConnection(self, self._next_conn_id, listener, self.kafka_door)
+        self._next_conn_id += 1
+        return conn
+
+    def _either_door(self, listener: Listener) -> ClientConnection:
+        """A client listener's connection, handed to the Kafka door if its first frame
+        is Kafka's (docs/protocol.md §13.1)."""
+        conn_id = self._next_conn_id
+        self._next_conn_id += 1
+        return ClientConnection(self, conn_id, listener, other_door=functools.partial(
+            KafkaConnection, self, conn_id, listener, self.kafka_door))
+
+    def connection_switched(self, old: Peer, new: Peer) -> None:
+        """``new`` serves ``old``'s socket from now on, under the same number."""
+        assert isinstance(new, ClientConnection)
+        if self._connections.get(old.conn_id) is old:
+            self._connections[new.conn_id] = new
 
     def connection_made(self, conn: Peer) -> None:
         """Open, after its TLS handshake if any: a handshake that fails never gets here,

@@ -55,6 +55,7 @@ from groupwire.protocol.batches import (
     check_batch_steps,
 )
 from groupwire.protocol.errors import ErrorCode
+from groupwire.protocol.kafka import records as kafka_records
 from groupwire.protocol.messages import (
     SUPPORTED_VERSIONS,
     ApiVersion,
@@ -94,6 +95,7 @@ from groupwire.protocol.messages import (
     TopicProduceResponse,
 )
 from groupwire.protocol.steps import Steps, run_steps
+from groupwire.protocol.stored_batches import AnyHeader, is_kafka_batch
 
 log = get_logger("groupwire.topics")
 
@@ -530,7 +532,14 @@ class TopicApis:
             return fail(ErrorCode.MESSAGE_TOO_LARGE,
                         f"batch of {len(batch)} bytes is over the {limit}-byte limit")
         try:
-            header = yield from check_batch_steps(batch)
+            if batch and is_kafka_batch(batch):  # docs/protocol.md §13.4: stored as sent
+                header: AnyHeader = yield from kafka_records.check_batch_steps(batch)
+            else:
+                header = yield from check_batch_steps(batch)
+        except kafka_records.UnsupportedMessageFormatError as exc:
+            return fail(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc))
+        except kafka_records.DecompressionLimitError as exc:
+            return fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
         except MalformedRecordError as exc:  # §5.2: nothing of the batch is stored
             return PartitionProduceResponse(
                 index=partition, error_code=ErrorCode.INVALID_RECORD, error_message=str(exc),

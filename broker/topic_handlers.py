@@ -88,7 +88,7 @@ class TopicHandlers:
         def fetch(conn: Peer, cid: int, request: FetchRequest) -> None:
             fetches.handle(conn.conn_id, request, functools.partial(_reply_fetch, conn, cid),
                            lambda work: runner.defer_long(conn, cid, request, work),
-                           principal=conn.principal)
+                           principal=conn.principal, kafka=conn.kafka)
 
         def list_offsets(conn: Peer, cid: int, request: ListOffsetsRequest) -> None:
             runner.answer_sliced(conn, cid, request, topics.list_offsets_steps(request))

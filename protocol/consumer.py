@@ -13,12 +13,17 @@ value, so :func:`decode_assignment` raises on it: callers test ``if not data`` f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 import msgpack
 
-from groupwire.protocol.errors import LocalProtocolError, RemoteProtocolError
+from groupwire.protocol.consumer_data import Assignment, ConsumerProtocolError, Subscription
+from groupwire.protocol.errors import LocalProtocolError
+from groupwire.protocol.kafka.consumer_protocol import (
+    decode_kafka_assignment,
+    decode_kafka_subscription,
+    is_kafka_consumer_bytes,
+)
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES, LimitError, check_value
 
 __all__ = [
@@ -36,29 +41,6 @@ CONSUMER_PROTOCOL_TYPE: Final = "consumer"
 
 _INT32_MIN: Final = -(1 << 31)
 _INT32_MAX: Final = (1 << 31) - 1
-
-
-class ConsumerProtocolError(RemoteProtocolError):
-    """A subscription or assignment bin that does not hold what §6 says."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """What a member asks for: its topics, plus what it owns now (cooperative protocols)."""
-
-    topics: list[str]
-    owned_partitions: list[tuple[str, list[int]]] = field(default_factory=list)
-    generation_id: int = -1
-    user_data: bytes | None = None
-    rack_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """What the leader gives a member: ``[(topic, [partition, ...]), ...]``."""
-
-    assigned_partitions: list[tuple[str, list[int]]]
-    user_data: bytes | None = None
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -114,7 +96,11 @@ def _local(what: str, exc: ConsumerProtocolError) -> LocalProtocolError:
 
 
 def decode_subscription(data: bytes) -> Subscription:
-    """Decode a subscription bin; raises :class:`ConsumerProtocolError` if malformed."""
+    """Decode a subscription bin, or the bytes a Kafka client sent in their place (told
+    apart by :func:`is_kafka_consumer_bytes`); raises :class:`ConsumerProtocolError` if
+    malformed."""
+    if is_kafka_consumer_bytes(data):
+        return decode_kafka_subscription(data)
     m = _unpack_map(data, "subscription")
     topics = _topics(_required(m, "topics"), "topics")
     owned = m.get("owned_partitions")
@@ -129,7 +115,10 @@ def decode_subscription(data: bytes) -> Subscription:
 
 
 def decode_assignment(data: bytes) -> Assignment:
-    """Decode an assignment bin; raises :class:`ConsumerProtocolError` if malformed."""
+    """Decode an assignment bin, or a Kafka client's assignment bytes; raises
+    :class:`ConsumerProtocolError` if malformed."""
+    if is_kafka_consumer_bytes(data):
+        return decode_kafka_assignment(data)
     m = _unpack_map(data, "assignment")
     return Assignment(
         assigned_partitions=_topic_partitions(

@@ -71,6 +71,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
+    OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
 
@@ -731,6 +732,50 @@ class DeleteGroupsResponse(Response):
     results: list[DeletableGroupResult] = field(default_factory=list)
 
 
+# --- OffsetDelete (47) ------------------------------------------------------------------
+
+
+@_msg
+class OffsetDeleteRequestPartition:
+    partition_index: Int32
+
+
+@_msg
+class OffsetDeleteRequestTopic:
+    name: str
+    partitions: list[OffsetDeleteRequestPartition]
+
+
+@_msg
+class OffsetDeleteRequest(Request):
+    """Forget some of a group's committed offsets (Kafka's KIP-496): an admin's way to make
+    a group start a topic afresh without deleting the group. Refused per topic while the
+    group's members subscribe to it."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_DELETE
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]
+
+
+@_msg
+class OffsetDeleteResponsePartition:
+    partition_index: Int32 = -1
+    error_code: Int32 = 0
+    error_message: str | None = None
+
+
+@_msg
+class OffsetDeleteResponseTopic:
+    name: str = ""
+    partitions: list[OffsetDeleteResponsePartition] = field(default_factory=list)
+
+
+@_msg
+class OffsetDeleteResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_DELETE
+    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+
+
 # --- OffsetsForLeaderEpoch (23) ---------------------------------------------------------
 
 
@@ -1044,8 +1089,9 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         ProduceRequest, FetchRequest, ListOffsetsRequest, FindCoordinatorRequest,
         JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest,
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
-        DeleteGroupsRequest, DeleteTopicsRequest, OffsetsForLeaderEpochRequest,
-        ElectLeadersRequest, SaslHandshakeRequest, SaslAuthenticateRequest,
+        DeleteGroupsRequest, OffsetDeleteRequest, DeleteTopicsRequest,
+        OffsetsForLeaderEpochRequest, ElectLeadersRequest, SaslHandshakeRequest,
+        SaslAuthenticateRequest,
         DescribeAclsRequest, CreateAclsRequest, DeleteAclsRequest,
         DescribeUserScramCredentialsRequest, AlterUserScramCredentialsRequest,
     )
@@ -1057,8 +1103,9 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         ProduceResponse, FetchResponse, ListOffsetsResponse, FindCoordinatorResponse,
         JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse,
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
-        DeleteGroupsResponse, DeleteTopicsResponse, OffsetsForLeaderEpochResponse,
-        ElectLeadersResponse, SaslHandshakeResponse, SaslAuthenticateResponse,
+        DeleteGroupsResponse, OffsetDeleteResponse, DeleteTopicsResponse,
+        OffsetsForLeaderEpochResponse, ElectLeadersResponse, SaslHandshakeResponse,
+        SaslAuthenticateResponse,
         DescribeAclsResponse, CreateAclsResponse, DeleteAclsResponse,
         DescribeUserScramCredentialsResponse, AlterUserScramCredentialsResponse,
     )

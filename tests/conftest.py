@@ -34,7 +34,7 @@ class _OldNamesRefused(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _OldNamesRefused())
-TIER_MARKERS = frozenset({"integration", "chaos", "spark", "packaging"})
+TIER_MARKERS = frozenset({"integration", "chaos", "spark", "packaging", "kafka"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 from groupwire.broker.host import Peer
 from groupwire.broker.replication.leader import LeaderStates
-from groupwire.protocol.batches import MIN_BATCH_SIZE, read_header
+from groupwire.protocol.batches import MIN_BATCH_SIZE
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import PartitionProduceResponse, ProduceRequest, ProduceResponse
+from groupwire.protocol.stored_batches import read_any_header
 
 
 async def reply_when_replicated(leaders: LeaderStates, conn: Peer, cid: int,
@@ -24,7 +25,7 @@ async def reply_when_replicated(leaders: LeaderStates, conn: Peer, cid: int,
     """An acks=all answer: each appended batch waits for the high watermark to pass
     it, at most the request's ``timeout_ms`` (REQUEST_TIMED_OUT then; the records
     may still become visible)."""
-    counts = {(t.name, p.index): read_header(p.records).record_count
+    counts = {(t.name, p.index): read_any_header(p.records).offset_count
               for t in request.topic_data for p in t.partition_data
               if len(p.records) >= MIN_BATCH_SIZE}
     waits: list[tuple[PartitionProduceResponse, Coroutine[Any, Any, ErrorCode]]] = []

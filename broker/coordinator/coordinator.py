@@ -25,6 +25,7 @@ from groupwire.broker.coordinator.group_admin import (
 from groupwire.broker.coordinator.heartbeat import Renewal, handle_heartbeat, renew
 from groupwire.broker.coordinator.join import handle_join
 from groupwire.broker.coordinator.leave import handle_leave
+from groupwire.broker.coordinator.offset_delete import handle_offset_delete
 from groupwire.broker.coordinator.offsets_api import (
     AppliedCommit,
     PreparedCommit,
@@ -55,6 +56,7 @@ from groupwire.protocol.messages import (
     ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     Request,
@@ -66,7 +68,7 @@ from groupwire.protocol.steps import Steps
 
 _NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
 _WHOLE_REQUEST: Final = (HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
-                         LeaveGroupRequest)
+                         LeaveGroupRequest, OffsetDeleteRequest)
 """Requests refused as a whole for a group not served here. OffsetCommit and OffsetFetch
 check in their own handlers (they also run as steps); the multi-group APIs, per group."""
 FETCH_OK: Final = FetchCheck(ErrorCode.NONE, _NOTHING)
@@ -149,6 +151,8 @@ class Coordinator:
                 handle_list(engine, ctx, request)
             case DeleteGroupsRequest():
                 handle_delete(engine, ctx, request, now_ms)
+            case OffsetDeleteRequest():
+                handle_offset_delete(engine, ctx, request)
             case _:
                 raise TypeError(f"not a group API request: {type(request).__name__}")
         return engine.out.build()

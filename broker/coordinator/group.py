@@ -201,6 +201,27 @@ class Group:
         counts = self.supported_protocols
         return any(counts.get(name, 0) == n for name in names)
 
+    def encoding_conflict(self, protocol_type: str, protocols: Protocols,
+                          member_id: str) -> str | None:
+        """Why a ``"consumer"`` member may not join, if its subscriptions are encoded for
+        the other door than the members' already here (docs/protocol.md §13.5): a leader
+        of one kind cannot read the other's subscriptions nor write it an assignment."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        mine = _encoding(protocols)
+        if mine is None:
+            return None
+        for other in self.members.values():
+            if other.member_id == member_id:
+                continue
+            theirs = _encoding(other.protocols)
+            if theirs is None or theirs == mine:
+                continue
+            return (f"group {self.group_id}'s members subscribe in {theirs} encoding and "
+                    f"this member in {mine}: one group cannot mix Kafka clients with "
+                    "groupwire SDK members")
+        return None
+
     def candidate_protocols(self) -> set[str]:
         n = len(self.members)
         return {name for name, count in self.supported_protocols.items() if count == n}
@@ -247,3 +268,13 @@ class Group:
             except ConsumerProtocolError:
                 return None
         return frozenset(topics)
+
+
+def _encoding(protocols: Protocols) -> str | None:
+    """Which door's consumer-protocol encoding a member's subscriptions are in: Kafka's
+    starts with an int16 version (a 0x00 byte), groupwire's with a msgpack map or array;
+    None when every subscription is empty."""
+    for _, metadata in protocols:
+        if metadata:
+            return "Kafka's binary" if metadata[0] == 0 else "groupwire's msgpack"
+    return None

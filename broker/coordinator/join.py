@@ -69,9 +69,10 @@ def handle_join(engine: Engine, ctx: RequestContext, req: JoinGroupRequest, now_
         engine.out.records.insert(created_at, new_group_record(group, engine.wall_offset_ms))
 
 
-def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str) -> None:
-    engine.out.reply(ctx.conn_id, ctx.correlation_id,
-                     JoinGroupResponse(error_code=code, member_id=member_id))
+def _fail(engine: Engine, ctx: RequestContext, code: ErrorCode, member_id: str,
+          message: str | None = None) -> None:
+    engine.out.reply(ctx.conn_id, ctx.correlation_id, JoinGroupResponse(
+        error_code=code, member_id=member_id, error_message=message))
 
 
 def _foreign(group: Group, ctx: RequestContext, req: JoinGroupRequest) -> str | None:
@@ -129,6 +130,9 @@ def _join_new_member(engine: Engine, ctx: RequestContext, req: JoinGroupRequest,
     if not group.supports_protocols(req.protocol_type, [name for name, _ in protocols]):
         _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
         return
+    if (conflict := group.encoding_conflict(req.protocol_type, protocols, "")) is not None:
+        _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "", conflict)
+        return
     instance_id = req.group_instance_id
     prefix = instance_id if instance_id is not None else ctx.client_id
     new_id = f"{prefix}-{engine.new_uuid()}"
@@ -175,6 +179,10 @@ def _join_existing_member(engine: Engine, ctx: RequestContext, req: JoinGroupReq
     protocols = _protocols(engine, req)
     if not group.supports_protocols(req.protocol_type, [name for name, _ in protocols]):
         _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        return
+    if (conflict := group.encoding_conflict(req.protocol_type, protocols,
+                                            member_id)) is not None:
+        _fail(engine, ctx, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id, conflict)
         return
     if member_id in group.pending_join and req.group_instance_id is None:
         _add_member(engine, ctx, req, group, member_id, protocols, now_ms)

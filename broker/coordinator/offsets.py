@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from groupwire.broker.coordinator.group import Group
@@ -126,6 +126,21 @@ class OffsetStore:
             offsets.pop(tp, None)
             if not offsets:
                 del self._by_group[group_id]
+
+    def forget(self, group_id: str, tps: Iterable[TP]) -> None:
+        """Forget these partitions' offsets, pending ones too (OffsetDelete: a commit
+        still being written goes with them, as its record precedes the tombstone, so a
+        later ``store`` of its write finds nothing)."""
+        stored = self._by_group.get(group_id)
+        by_token = self._staged.get(group_id)
+        for tp in tps:
+            if stored is not None:
+                stored.pop(tp, None)
+            if by_token:
+                for entries in by_token.values():
+                    entries.pop(tp, None)
+        if stored is not None and not stored:
+            del self._by_group[group_id]
 
     def of(self, group_id: str) -> dict[TP, CommittedOffset]:
         """The group's stored offsets (none pending)."""

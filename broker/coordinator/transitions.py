@@ -4,12 +4,12 @@ Every cell of :data:`TABLE` is either :class:`Refuse` (answered with an error be
 request's member is looked at; nothing changes) or :class:`Handle` (a handler runs; a valid
 member is answered ``answer`` and the group may move to one of ``moves_to``). Where a
 handler does different things in different states, its cell says which (:class:`Join`,
-:class:`Sync`, :class:`Commit`, :class:`Describe`, :class:`Retain`; :class:`Ignore` for an
-input a state drops). The handlers read their group's row (``group.row.<input>``) instead
-of testing states themselves, :func:`check_transition` allows exactly the moves the table
-lists, and the state diagram in
-docs/design/coordinator.md is drawn from it by :func:`diagram` (a test keeps them equal;
-``python -m tests.unit.docs.test_design_doc`` rewrites the doc's block).
+:class:`Sync`, :class:`Commit`, :class:`DeleteOffsets`, :class:`Describe`,
+:class:`Retain`; :class:`Ignore` for an input a state drops). The handlers read their
+group's row (``group.row.<input>``) instead of testing states themselves,
+:func:`check_transition` allows exactly the moves the table lists, and the state diagram
+in docs/design/coordinator.md is drawn from it by :func:`diagram` (a test keeps them
+equal; ``python -m tests.unit.docs.test_design_doc`` rewrites the doc's block).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Input(enum.Enum):
     LEAVE_GROUP = "LeaveGroup"
     OFFSET_COMMIT = "OffsetCommit"
     DELETE_GROUPS = "DeleteGroups"
+    OFFSET_DELETE = "OffsetDelete"
     DESCRIBE_GROUPS = "DescribeGroups"
     SESSION_EXPIRY = "session expiry"
     JOIN_TIMER = "join timer"
@@ -136,6 +137,15 @@ class Commit(Handle):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteOffsets(Handle):
+    """OffsetDelete (Kafka's KIP-496): ``consumers_only``: the group has members, so only a
+    ``"consumer"`` group's offsets may go (any other is refused NON_EMPTY_GROUP); in every
+    state, a topic the members subscribe to keeps its offsets (GROUP_SUBSCRIBED_TO_TOPIC)."""
+
+    consumers_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Describe(Handle):
     """DescribeGroups (docs/design/kafka.md §11): the protocol and members' metadata are shown
     only when ``shows_protocol``; assignments always are."""
@@ -210,6 +220,12 @@ TABLE: Final[Mapping[tuple[GroupState, Input], Cell]] = MappingProxyType({
     (_C, Input.DELETE_GROUPS): Refuse(ErrorCode.NON_EMPTY_GROUP),
     (_S, Input.DELETE_GROUPS): Refuse(ErrorCode.NON_EMPTY_GROUP),
     (_D, Input.DELETE_GROUPS): Refuse(ErrorCode.GROUP_ID_NOT_FOUND),
+    # OffsetDelete: a group with members keeps the offsets of the topics it consumes
+    (_E, Input.OFFSET_DELETE): DeleteOffsets("delete offsets"),
+    (_P, Input.OFFSET_DELETE): DeleteOffsets("delete offsets", consumers_only=True),
+    (_C, Input.OFFSET_DELETE): DeleteOffsets("delete offsets", consumers_only=True),
+    (_S, Input.OFFSET_DELETE): DeleteOffsets("delete offsets", consumers_only=True),
+    (_D, Input.OFFSET_DELETE): Refuse(ErrorCode.GROUP_ID_NOT_FOUND),
     # DescribeGroups: the chosen protocol only once it is settled
     (_E, Input.DESCRIBE_GROUPS): Describe("describe"),
     (_P, Input.DESCRIBE_GROUPS): Describe("describe"),
@@ -276,6 +292,7 @@ class Row:
     leave_group: Cell
     offset_commit: Refuse | Commit
     delete_groups: Cell
+    offset_delete: Refuse | DeleteOffsets
     describe_groups: Describe
     session_expiry: Handle
     join_timer: Handle
@@ -299,6 +316,7 @@ def _row(state: GroupState) -> Row:
         leave_group=at(Input.LEAVE_GROUP),
         offset_commit=_typed(at(Input.OFFSET_COMMIT), Commit),
         delete_groups=at(Input.DELETE_GROUPS),
+        offset_delete=_typed(at(Input.OFFSET_DELETE), DeleteOffsets),
         describe_groups=_handled(at(Input.DESCRIBE_GROUPS), Describe),
         session_expiry=_handled(at(Input.SESSION_EXPIRY), Handle),
         join_timer=_handled(at(Input.JOIN_TIMER), Handle),

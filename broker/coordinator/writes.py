@@ -24,6 +24,9 @@ from groupwire.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
     SyncGroupResponse,
 )
 
@@ -74,6 +77,17 @@ def _failed_reply(reply: Reply, code: ErrorCode) -> Reply:
         response = OffsetCommitResponse(topics=[
             OffsetCommitResponseTopic(name=t.name, partitions=[
                 OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                              error_code=code, error_message=message)
+                if p.error_code == ErrorCode.NONE else p
+                for p in t.partitions])
+            for t in response.topics])
+    elif type(response) is OffsetDeleteResponse:
+        # the tombstones are not known to be written: the offsets may come back from the
+        # log, and a retry writes them again (offset_delete.py)
+        message = f"offset deletion not written ({code.name}): delete again"
+        response = OffsetDeleteResponse(topics=[
+            OffsetDeleteResponseTopic(name=t.name, partitions=[
+                OffsetDeleteResponsePartition(partition_index=p.partition_index,
                                               error_code=code, error_message=message)
                 if p.error_code == ErrorCode.NONE else p
                 for p in t.partitions])

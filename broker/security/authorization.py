@@ -70,6 +70,10 @@ from groupwire.protocol.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchResponsePartition,
@@ -298,6 +302,21 @@ def _offset_commit(request: OffsetCommitRequest, allowed: Allowed) -> Guarded:
     return _trim(request, "topics", kept, OffsetCommitResponse, "topics", refused)
 
 
+def _offset_delete(request: OffsetDeleteRequest, allowed: Allowed) -> Guarded:
+    """Kafka's rule: DELETE on the group, then READ on each topic. An answer refused as a
+    whole (an unknown group) stays top-level only, as Kafka's does."""
+    if not allowed(DELETE, GROUP, request.group_id):
+        return _refuse(request, GROUP_DENIED, _group_message(DELETE, request.group_id))
+    kept, denied = _split(request.topics, lambda t: allowed(READ, TOPIC, t.name))
+    refused = [OffsetDeleteResponseTopic(name=t.name, partitions=[
+        OffsetDeleteResponsePartition(partition_index=p.partition_index,
+                                      error_code=TOPIC_DENIED,
+                                      error_message=_topic_message(READ, t.name))
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, OffsetDeleteResponse, "topics", refused,
+                 keep_refusal=True)
+
+
 def _offset_fetch(request: OffsetFetchRequest, allowed: Allowed) -> Guarded:
     if not allowed(DESCRIBE, GROUP, request.group_id):
         return _refuse(request, GROUP_DENIED, _group_message(DESCRIBE, request.group_id))
@@ -412,6 +431,7 @@ _CHECKS: Final[dict[type, Callable[..., Guarded]]] = {
     CreatePartitionsRequest: _create_partitions,
     DeleteTopicsRequest: _delete_topics,
     OffsetCommitRequest: _offset_commit,
+    OffsetDeleteRequest: _offset_delete,
     OffsetFetchRequest: _offset_fetch,
     DescribeGroupsRequest: _describe_groups,
     DeleteGroupsRequest: _delete_groups,

@@ -95,13 +95,13 @@ def _parse_one(item: str, flag: str) -> Listener:
 
 
 def check_advertised(listeners: list[Listener], advertised: list[Listener],
-                     flag: str) -> None:
+                     flag: str, listeners_flag: str = "--listeners") -> None:
     """Every advertised name must be one the broker listens on."""
     names = {listener.name for listener in listeners}
     for entry in advertised:
         if entry.name not in names:
             raise ListenerError(
-                f"{flag}: {entry.name} is not among --listeners "
+                f"{flag}: {entry.name} is not among {listeners_flag} "
                 f"({', '.join(sorted(names))})")
 
 

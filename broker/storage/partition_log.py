@@ -2,7 +2,10 @@
 
 Appends patch the base offset and write the batch as produced; reads bisect the in-memory
 index to a contiguous byte range of one segment and return it with one ``pread``, never
-decoding records. What reads may serve ends at the high watermark, which the fsync policy
+decoding records. A log may hold msgpack batches and Kafka's (magic 2) in any mix
+(``protocol.stored_batches``): both are stored and served as sent, so what a read returns
+is whatever mix was appended in that range; turning it into one format is the reader's
+door's business. What reads may serve ends at the high watermark, which the fsync policy
 moves: at once after a write, or (``always``) once a flush ticket covering it completes.
 
 A failed fsync takes the log offline: appends are refused, reads go on. After
@@ -22,7 +25,7 @@ each flush. Until then the log behaves as in single-broker mode, writing neither
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import os
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
@@ -52,20 +55,23 @@ from groupwire.broker.storage.replica_files import (
 from groupwire.broker.storage.segment import Segment, Trash
 from groupwire.protocol.batches import (
     BATCH_V0,
-    BATCH_V1,
-    MIN_BATCH_SIZE,
     NO_PARTITION_LEADER_EPOCH,
-    BatchHeader,
     CorruptBatchError,
     DecodedRecord,
-    decode_records,
-    iter_batch_spans,
-    stamp_batch,
-    upconvert_v0,
-    with_base_offset,
 )
 from groupwire.protocol.steps import Steps, run_steps
+from groupwire.protocol.stored_batches import (
+    AnyHeader,
+    StoredHeader,
+    as_stored,
+    decode_any_records,
+    iter_any_batch_spans,
+    stamp_stored,
+    stamped_header,
+)
 
+KAFKA_MARKER: Final = "kafka-batches"
+"""An empty file in a partition's directory: some batch of this log is Kafka's."""
 SCAN_CHUNK_BYTES: Final = 1024 * 1024
 WRITE_PIECE = 1024 * 1024
 """Bytes of a batch written in one step of :meth:`PartitionLog.append_steps` (~2-3 ms)."""
@@ -109,6 +115,9 @@ class PartitionLog:
         self._epoch = 0
         """Bumped by each recovery: a ticket taken before it neither fails nor advances
         the log again."""
+        self.holds_kafka = (directory / KAFKA_MARKER).exists()
+        """Whether a Kafka batch was ever stored here: only then does a read for a
+        msgpack consumer need converting (``broker.fetch``)."""
         segments, report = open_segments(directory, handles, topic=topic,
                                          partition=partition, trust_index=trust_index,
                                          on_error=self._file_failed)
@@ -200,8 +209,9 @@ class PartitionLog:
 
     # --- writing ------------------------------------------------------------------------
 
-    def append(self, batch: bytes, header: BatchHeader) -> int:
-        """Append one validated batch at the log end offset; returns its base offset.
+    def append(self, batch: bytes, header: AnyHeader) -> int:
+        """Append one validated batch (either format) at the log end offset; returns its
+        base offset.
 
         Raises :class:`StorageError` if it cannot be written; the log is then unchanged.
         Holds the loop for the whole write: only internal topics, whose batches are
@@ -209,9 +219,11 @@ class PartitionLog:
         """
         self._check_writable()
         self._check_idle()
-        stored = self._based(batch, header)
+        stored = self._based(batch, as_stored(header))
+        if stored.kafka:
+            self._note_kafka()
         self._assign_epoch(stored)
-        data = _stamped(batch, stored)
+        data = stamp_stored(batch, stored)
         seg = self._active_for(len(data))
         try:
             seg.append(data, stored)
@@ -221,7 +233,7 @@ class PartitionLog:
         self._appended(seg, stored)
         return stored.base_offset
 
-    def append_steps(self, batch: bytes, header: BatchHeader) -> Steps[int]:
+    def append_steps(self, batch: bytes, header: AnyHeader) -> Steps[int]:
         """:meth:`append` in steps: a batch over ``WRITE_PIECE`` bytes is written a piece
         a step, so a big one never holds the loop for long.
 
@@ -236,24 +248,28 @@ class PartitionLog:
         if len(batch) <= WRITE_PIECE:
             return self.append(batch, header)
         self._check_writable()
-        stored = self._based(batch, header)
+        given = as_stored(header)
+        stored = self._based(batch, given)
+        if stored.kafka:
+            self._note_kafka()
         self._assign_epoch(stored)
         self._appending = True
         try:
             # an upconverted v0 batch is 5 bytes longer: only its first piece changes
             yield from self._write_stepped(memoryview(batch), stored,
-                                           stored.header_size - header.header_size)
+                                           stored.header_size - given.header_size)
         finally:
             self._appending = False
         return stored.base_offset
 
-    def _write_stepped(self, view: memoryview, stored: BatchHeader, shift: int) -> Steps[None]:
+    def _write_stepped(self, view: memoryview, stored: StoredHeader, shift: int,
+                       ) -> Steps[None]:
         """Write one batch a ``WRITE_PIECE`` a step, the first piece stamped as
         ``stored`` says (``shift`` bytes longer once stamped); it counts after the last."""
         seg = self._active_for(len(view) + shift)
         pos = seg.begin_write()
         try:
-            seg.write_piece(_stamped(view[:WRITE_PIECE], stored), pos)
+            seg.write_piece(stamp_stored(view[:WRITE_PIECE], stored), pos)
             for start in range(WRITE_PIECE, len(view), WRITE_PIECE):
                 yield
                 self._check_still_writable()
@@ -267,16 +283,14 @@ class PartitionLog:
             raise
         self._appended(seg, stored)
 
-    def _based(self, batch: bytes, header: BatchHeader) -> BatchHeader:
-        """``header`` as the batch is stored: at the log end offset and, unless a v0
-        batch goes to a log that is not replicated (stored as sent), in layout v1 with
-        this log's leader epoch."""
-        if len(batch) < MIN_BATCH_SIZE or header.record_count < 1:
+    def _based(self, batch: bytes, header: StoredHeader) -> StoredHeader:
+        """``header`` as the batch is stored: at the log end offset with this log's
+        leader epoch; a msgpack v0 batch in layout v1, unless it goes to a log that is
+        not replicated (stored as sent). A Kafka batch keeps its format."""
+        if len(batch) < header.header_size + 1 or header.record_count < 1:
             raise ValueError("append needs a validated batch")
-        if header.version == BATCH_V0 and not self._replicated:
-            return dataclasses.replace(header, base_offset=self._leo)
-        return dataclasses.replace(header, base_offset=self._leo, version=BATCH_V1,
-                                   leader_epoch=self._leader_epoch)
+        return stamped_header(header, self._leo, self._leader_epoch,
+                              keep_v0=not self._replicated)
 
     # --- replication --------------------------------------------------------------------
 
@@ -317,10 +331,12 @@ class PartitionLog:
             yield
         self._check_writable()
         try:
-            spans = list(iter_batch_spans(data))
+            spans = list(iter_any_batch_spans(data))
         except CorruptBatchError as exc:
             raise CorruptLogError(f"replica data for {self.topic}-{self.partition}: "
                                   f"{exc.message} (byte {exc.position})") from exc
+        if any(header.kafka for header, _, _ in spans):
+            self._note_kafka()
         expected = self._leo
         for header, _, _ in spans:
             if header.next_offset <= expected:
@@ -340,7 +356,7 @@ class PartitionLog:
                 if header.next_offset <= self._leo:
                     continue
                 self._check_still_writable()
-                if header.version == BATCH_V1:
+                if header.kafka or header.version != BATCH_V0:
                     self._assign_epoch(header)
                 yield from self._write_stepped(view[start:end], header, 0)
                 yield
@@ -411,7 +427,7 @@ class PartitionLog:
             if hw != self._hw_saved:
                 self._mark_dirty()
 
-    def _assign_epoch(self, header: BatchHeader) -> None:
+    def _assign_epoch(self, header: StoredHeader) -> None:
         """Note ``header``'s epoch in the cache (replicated logs), saving the checkpoint
         before the batch is written if that changed it. An epoch older than the latest
         (a leader's log with batches stamped out of order) is left out, not refused."""
@@ -483,7 +499,26 @@ class PartitionLog:
             seg = self._roll()
         return seg
 
-    def _appended(self, seg: Segment, header: BatchHeader) -> None:
+    def _note_kafka(self) -> None:
+        """Leave a mark before the first Kafka batch is written, durable as the batch
+        will be: after a restart the log still knows that reads may need converting."""
+        if self.holds_kafka:
+            return
+        marker = self.directory / KAFKA_MARKER
+        try:
+            marker.touch()
+            if self._sync_files:
+                fd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise StorageError(f"cannot mark {self.topic}-{self.partition} as holding "
+                               f"Kafka batches: {exc}") from exc
+        self.holds_kafka = True
+
+    def _appended(self, seg: Segment, header: StoredHeader) -> None:
         """The batch just indexed in ``seg`` counts: readers and flushes see it."""
         self._leo = header.next_offset
         if not self._always and not self._replicated:
@@ -832,7 +867,7 @@ class PartitionLog:
 
     def _decode(self, data: bytes, min_offset: int) -> list[DecodedRecord]:
         try:
-            return decode_records(data, min_offset)
+            return decode_any_records(data, min_offset)
         except CorruptBatchError as exc:
             raise StorageError(f"corrupt data in {self.topic}-{self.partition}: "
                                f"{exc.message}") from exc
@@ -945,12 +980,3 @@ def _nothing() -> None:
 def _ignore(exc: OSError) -> None:
     pass
 
-
-def _stamped(data: bytes | memoryview, stored: BatchHeader) -> bytes:
-    """A batch (or its first piece) as ``stored`` says it is stored: base offset, and in
-    v1 the leader epoch, written in; a v0 batch stored as v1 is upconverted first."""
-    if stored.version == BATCH_V0:
-        return with_base_offset(data, stored.base_offset)
-    if data[1] == 0x95:
-        data = upconvert_v0(data)
-    return stamp_batch(data, stored.base_offset, stored.leader_epoch)

@@ -1,9 +1,12 @@
 """One segment: a log file of concatenated batches and its offset index.
 
-``<base_offset:020d>.log`` holds batches exactly as produced (base offset patched);
+``<base_offset:020d>.log`` holds batches exactly as produced (base offset patched), of
+either format, msgpack or Kafka's (``protocol.stored_batches``), in any mix;
 ``<base_offset:020d>.index`` holds one 32-byte entry per batch: base offset, file position,
-record count and base timestamp (little-endian int64s). The index is kept in memory as
-``array('q')`` columns so a fetch finds its byte range by bisection, never by decoding.
+offset count (the record count of every batch a producer writes) and timestamp (a msgpack
+batch's base timestamp, a Kafka batch's max timestamp), little-endian int64s. The index
+is kept in memory as ``array('q')`` columns so a fetch finds its byte range by bisection,
+never by decoding.
 The index file only saves a scan after a clean shutdown; recovery rebuilds it otherwise.
 Both files are pooled (:class:`~broker.storage.handles.PooledFile`): open only while the pool
 has room for them, reopened on use.
@@ -25,13 +28,13 @@ from typing import Final
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.handles import HandlePool, PooledFile
-from groupwire.protocol.batches import (
-    BatchHeader,
-    CorruptBatchError,
-    batch_crc,
-    iter_batch_spans,
-    read_header,
-    validate_batch,
+from groupwire.protocol.batches import CorruptBatchError
+from groupwire.protocol.stored_batches import (
+    StoredHeader,
+    crc_matches,
+    iter_any_batch_spans,
+    read_any_header,
+    validate_any_batch,
 )
 
 LOG_SUFFIX: Final = ".log"
@@ -129,10 +132,10 @@ class Segment:
         try:
             with pool.use(self.log_file) as fd:
                 tail = ops.read_exact(fd, log_size - positions[-1], positions[-1])
-            last = validate_batch(tail)
+            last = validate_any_batch(tail)
         except CorruptBatchError:
             return False
-        if last.base_offset != bases[-1] or last.record_count != counts[-1]:
+        if last.base_offset != bases[-1] or last.offset_count != counts[-1]:
             return False
         self.bases, self.positions, self.timestamps = bases, positions, stamps
         self.size = log_size
@@ -154,7 +157,7 @@ class Segment:
         good_end = 0
         reason: str | None = None
         try:
-            for header, start, end in iter_batch_spans(data):
+            for header, start, end in iter_any_batch_spans(data):
                 if header.base_offset != expected:
                     reason = (f"batch at byte {start} has base offset {header.base_offset}, "
                               f"expected {expected}")
@@ -182,14 +185,14 @@ class Segment:
         self.max_timestamp = -1
         self.max_record_ts = None
 
-    def _add(self, header: BatchHeader, start: int, end: int) -> None:
+    def _add(self, header: StoredHeader, start: int, end: int) -> None:
         self.bases.append(header.base_offset)
         self.positions.append(start)
-        self.timestamps.append(header.base_timestamp_ms)
+        self.timestamps.append(header.timestamp_ms)
         self.size = end
         self.next_offset = header.next_offset
-        if header.base_timestamp_ms > self.max_timestamp:
-            self.max_timestamp = header.base_timestamp_ms
+        if header.timestamp_ms > self.max_timestamp:
+            self.max_timestamp = header.timestamp_ms
 
     def _rewrite_index(self) -> None:
         following = [*self.bases[1:], self.next_offset] if self.bases else []
@@ -204,7 +207,7 @@ class Segment:
 
     # --- writing ------------------------------------------------------------------------
 
-    def append(self, data: bytes, header: BatchHeader) -> None:
+    def append(self, data: bytes, header: StoredHeader) -> None:
         """Write one batch (base offset already patched) and its index entry, or nothing."""
         pos = self.begin_write()
         try:
@@ -236,10 +239,10 @@ class Segment:
         except OSError as exc:
             raise StorageError(f"write to {self.log_path.name} failed: {exc}") from exc
 
-    def finish_write(self, header: BatchHeader, pos: int, end: int) -> None:
+    def finish_write(self, header: StoredHeader, pos: int, end: int) -> None:
         """Write the index entry of the batch at ``pos``..``end``; only then does it count."""
-        entry = INDEX_ENTRY.pack(header.base_offset, pos, header.record_count,
-                                 header.base_timestamp_ms)
+        entry = INDEX_ENTRY.pack(header.base_offset, pos, header.offset_count,
+                                 header.timestamp_ms)
         try:
             with self._pool.use(self.index_file, write=True) as index_fd:
                 self._ops.write_all(index_fd, entry, len(self.bases) * INDEX_ENTRY.size)
@@ -305,7 +308,7 @@ class Segment:
             data = ops.read_exact(fd, self.size - pos, pos) if pos < self.size else b""
             kept, good_end = first, pos
             try:
-                for header, start, end in iter_batch_spans(data):
+                for header, start, end in iter_any_batch_spans(data):
                     if (kept >= n or header.base_offset != self.bases[kept]
                             or pos + start != self.positions[kept]):
                         break
@@ -399,10 +402,11 @@ class Segment:
             if self.positions[i] + (end - start) <= self.verified_end:
                 continue
             try:
-                header = read_header(view, start)
+                header = read_any_header(view, start)
             except CorruptBatchError:
                 return i
-            if header.base_offset != self.bases[i] or batch_crc(view, start, end) != header.crc:
+            if (header.base_offset != self.bases[i]
+                    or not crc_matches(view, start, end, header)):
                 return i
             if self.verified_end == self.positions[i]:
                 self.verified_end = self.positions[i] + (end - start)

@@ -8,7 +8,8 @@ the built site:
   parser the ``groupwire`` script runs (reference/cli.md);
 * ``config``: one row per broker setting (flag, environment variable, default, help),
   from the table that also builds the flags (reference/configuration.md);
-* ``sdk``: the public classes' signatures and docstrings (reference/sdk.md).
+* ``sdk``: the public classes' signatures and docstrings (reference/sdk.md);
+* ``kafka-apis``: the Kafka APIs and versions the Kafka door serves (reference/kafka.md).
 
 ``python docs/hooks/generated.py`` rewrites them (``--check`` only says which are out of
 date; tests/unit/docs fails on a stale page). As an MkDocs hook it regenerates the text
@@ -259,12 +260,29 @@ def sdk_markdown() -> str:
     return "\n".join(out)
 
 
+def kafka_markdown() -> str:
+    """The Kafka APIs and versions the Kafka door serves: what ApiVersions advertises."""
+    from groupwire.broker.kafka.apis import TRANSLATORS
+    from groupwire.broker.kafka.door import KafkaDoor
+    from groupwire.protocol.kafka.codec import API_NAMES, is_flexible
+
+    rows = ["| API | key | versions | flexible |", "|---|---|---|---|"]
+    for key, (low, high) in KafkaDoor(TRANSLATORS).advertised.items():
+        flexible = [v for v in range(low, high + 1) if is_flexible(key, v)]
+        flex = "-" if not flexible else (
+            f"{flexible[0]}" if len(flexible) == 1 else f"{flexible[0]}-{flexible[-1]}")
+        rows.append(f"| {API_NAMES[key]} | {key} | {low}-{high} | {flex} |"
+                    if low != high else f"| {API_NAMES[key]} | {key} | {low} | {flex} |")
+    return "\n".join(rows) + "\n"
+
+
 # --- committed pages -------------------------------------------------------------------
 
 PAGES: dict[str, tuple[str, Callable[[], str]]] = {
     "reference/cli.md": ("cli", cli_markdown),
     "reference/configuration.md": ("config", config_markdown),
     "reference/sdk.md": ("sdk", sdk_markdown),
+    "reference/kafka.md": ("kafka-apis", kafka_markdown),
 }
 """Each page with generated text, its marker name and what generates it."""
 

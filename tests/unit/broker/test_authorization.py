@@ -130,6 +130,38 @@ def test_offset_commit_checks_the_group_then_each_topic() -> None:
         ("a", 0), ("b", 29)]
 
 
+def test_offset_delete_needs_delete_on_the_group_then_read_on_each_topic() -> None:
+    req = m.OffsetDeleteRequest(group_id="g", topics=[
+        m.OffsetDeleteRequestTopic(name="a", partitions=[
+            m.OffsetDeleteRequestPartition(partition_index=0)]),
+        m.OffsetDeleteRequestTopic(name="b", partitions=[
+            m.OffsetDeleteRequestPartition(partition_index=1),
+            m.OffsetDeleteRequestPartition(partition_index=2)])])
+    topics = [(Op.READ, Rt.TOPIC, "a"), (Op.READ, Rt.TOPIC, "b")]
+    no_group = answered(guard(req, allow((Op.READ, Rt.GROUP, "g"), *topics)))
+    assert isinstance(no_group, m.OffsetDeleteResponse)
+    assert (no_group.error_code, no_group.topics) == (30, [])
+    assert "DELETE group 'g'" in (no_group.error_message or "")
+    assert guard(req, allow((Op.DELETE, Rt.GROUP, "g"), *topics)).request is req
+    acl = allow((Op.DELETE, Rt.GROUP, "g"), (Op.READ, Rt.TOPIC, "a"))
+    g = guard(req, acl)
+    assert acl.asked == [(Op.DELETE, Rt.GROUP, "g", True), (Op.READ, Rt.TOPIC, "a", True),
+                         (Op.READ, Rt.TOPIC, "b", True)]
+    assert isinstance(g.request, m.OffsetDeleteRequest) and g.finish is not None
+    assert [t.name for t in g.request.topics] == ["a"]
+    merged = g.finish(m.OffsetDeleteResponse(topics=[m.OffsetDeleteResponseTopic(
+        name="a", partitions=[m.OffsetDeleteResponsePartition(partition_index=0)])]))
+    assert isinstance(merged, m.OffsetDeleteResponse)
+    assert [(t.name, p.partition_index, p.error_code)
+            for t in merged.topics for p in t.partitions] == [
+        ("a", 0, 0), ("b", 1, 29), ("b", 2, 29)]
+    gone = m.OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND)
+    assert g.finish(gone) is gone  # refused as a whole: top-level only, as Kafka answers
+    none_readable = answered(guard(req, allow((Op.DELETE, Rt.GROUP, "g"))))
+    assert isinstance(none_readable, m.OffsetDeleteResponse)
+    assert {p.error_code for t in none_readable.topics for p in t.partitions} == {29}
+
+
 def test_offset_fetch_of_every_topic_leaves_out_those_not_describable() -> None:
     acl = allow((Op.DESCRIBE, Rt.GROUP, "g"), (Op.DESCRIBE, Rt.TOPIC, "a"))
     g = guard(m.OffsetFetchRequest(group_id="g"), acl)

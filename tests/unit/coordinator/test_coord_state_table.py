@@ -10,6 +10,7 @@ from groupwire.broker.coordinator.transitions import (
     TABLE,
     Admit,
     Commit,
+    DeleteOffsets,
     Describe,
     Expire,
     Ignore,
@@ -64,7 +65,7 @@ def test_the_table_has_a_cell_for_every_state_and_input() -> None:
 def test_a_dead_group_refuses_every_request_and_ignores_its_timers() -> None:
     for i in Input:
         c = cell(S.DEAD, i)
-        if i in (Input.DELETE_GROUPS,):
+        if i in (Input.DELETE_GROUPS, Input.OFFSET_DELETE):
             assert c == Refuse(ErrorCode.GROUP_ID_NOT_FOUND)
         elif i is Input.DESCRIBE_GROUPS:  # answered: the group is described as Dead
             assert c == Describe("describe", shows_protocol=False)
@@ -99,6 +100,11 @@ def test_what_each_state_answers_is_in_its_cells() -> None:
         S.PREPARING_REBALANCE: (False, True, ErrorCode.NONE),
         S.COMPLETING_REBALANCE: (False, False, ErrorCode.REBALANCE_IN_PROGRESS),
         S.STABLE: (False, True, ErrorCode.NONE)}
+    delete = {s: ROWS[s].offset_delete for s in S}
+    assert delete[S.DEAD] == Refuse(ErrorCode.GROUP_ID_NOT_FOUND)
+    assert {s: c.consumers_only for s, c in delete.items() if isinstance(c, DeleteOffsets)} == {
+        S.EMPTY: False, S.PREPARING_REBALANCE: True, S.COMPLETING_REBALANCE: True,
+        S.STABLE: True}
     assert [s for s in S if ROWS[s].describe_groups.shows_protocol] == [S.STABLE]
     assert [s for s in S if ROWS[s].in_join_phase] == [S.PREPARING_REBALANCE]
     assert {s: c.expires for s in S if isinstance(c := ROWS[s].retention, Retain)} == {
