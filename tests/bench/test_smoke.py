@@ -1,4 +1,5 @@
 """Every benchmark, run small (``--smoke``), so none of them rots; plus the framework.
+(spark_source smoke-runs in tests/spark, on the Spark session the suite starts anyway.)
 
 The smoke runs check the shape of what a benchmark prints (one well-formed JSON line per
 figure, finite numbers in order, at least one figure measured), never what was measured:
@@ -9,11 +10,8 @@ below zero, and a smoke run must not fail by luck.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,22 +22,16 @@ import pytest
 from bench import run as runner
 from bench.common import Figure, bench_main, check_goal, etcd_missing, with_goal
 from bench.loadgen import by_port
+from tests.bench.figures import check_figure_line
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_TIMEOUT_S = 240
-KEYS = {"bench", "name", "unit", "median", "min", "max", "rounds", "settings", "goal", "met",
-        "note"}
+ON_THE_SHARED_SESSION = ("smoke-run on the suite's Spark session instead of its own: "
+                         "tests/spark/test_bench_spark_source.py")
 
 
-def _spark_missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (the spark extra)"
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        return "no Java for Spark (java not on PATH, JAVA_HOME unset)"
-    return None
-
-
-SKIPS: dict[str, Any] = {"spark_source": _spark_missing, "cluster_failover": etcd_missing,
+SKIPS: dict[str, Any] = {"spark_source": lambda: ON_THE_SHARED_SESSION,
+                         "cluster_failover": etcd_missing,
                          "cluster_throughput": etcd_missing}
 
 
@@ -55,25 +47,6 @@ def _smoke_params() -> list[Any]:
             marks.append(pytest.mark.skip(reason=why))
         params.append(pytest.param(name, marks=marks, id=name))
     return params
-
-
-def check_figure_line(line: str, bench: str) -> dict[str, Any]:
-    fig = json.loads(line)
-    assert set(fig) == KEYS, fig
-    assert fig["bench"] == bench
-    assert isinstance(fig["name"], str) and fig["name"]
-    assert isinstance(fig["unit"], str) and fig["unit"]
-    assert isinstance(fig["settings"], dict)
-    assert isinstance(fig["rounds"], int) and fig["rounds"] >= 0
-    if fig["rounds"] == 0:  # a side that could not run (say, no Redis): no numbers
-        assert fig["median"] is None and fig["note"], fig
-        return fig
-    for key in ("median", "min", "max"):
-        assert isinstance(fig[key], (int, float)) and math.isfinite(fig[key]), fig
-    assert fig["min"] <= fig["median"] <= fig["max"], fig
-    if fig["goal"] is not None:
-        assert isinstance(fig["met"], bool), fig
-    return fig
 
 
 @pytest.mark.parametrize("name", _smoke_params())

@@ -27,6 +27,12 @@ Words before a block (several joined by ``;``) apply to it:
   the block's one command (a ``pkill -9 -f`` a reader may run at home, but a test, on a
   machine others share, must not); VAR is expanded by the shell first.
 - ``skip REASON``: not run; REASON says why (docker, placeholders).
+- ``covered-by FILE::TEST``: the block's ``groupwire`` command is only parsed here, by
+  groupwire's own parser as it would be run (variables and ports expanded), because TEST
+  runs the same command in full and checks what it does, which would take long here
+  again. TEST must exist and pass every flag the page's command uses, itself or in a
+  fixture of its module it takes: so a flag the page misspells, a value the parser
+  refuses, or a cover that no longer covers, fails the page.
 - ``save FILE`` (python): write the block to FILE; ``python``: run it.
 
 ``above: WORDS`` after a block gives it WORDS, where nothing may stand before it (the
@@ -54,6 +60,7 @@ the page ends, pass or fail.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -80,7 +87,7 @@ ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 BLOCK_WORDS = frozenset({"background", "pid", "retry", "expect-fail", "output-varies",
                          "stdin", "env", "timeout", "instead", "instead-kill", "skip", "save",
-                         "python"})
+                         "python", "covered-by"})
 ACTION_WORDS = frozenset({"ports", "links", "needs", "until", "wait", "run", "start",
                           "stop", "restart"})
 SHELL_LANGS = frozenset({"sh", "bash", "shell", "console"})
@@ -91,6 +98,12 @@ UNTIL_S = 60.0
 POLL_S = 0.2
 STOP_GRACE_S = 15.0
 SHOWN_OUTPUT_CHARS = 4000
+PARSE_ONLY = ("import sys; from groupwire.cli.main import build_parser, command_of; "
+              "words = sys.argv[1:]; command = command_of(words); "
+              "build_parser(load=() if command is None else (command,)).parse_args(words); "
+              "print('parsed: groupwire', command)")
+"""``python -c PARSE_ONLY ARGS``: what ``groupwire ARGS`` does before it runs anything
+(groupwire.cli.main.main); argparse exits 2 naming a bad flag or value."""
 
 
 class HowtoError(AssertionError):
@@ -246,6 +259,31 @@ def parse_page(path: Path, ports: dict[int, int] | None = None) -> Page:
         steps.append(Block(start, lang, "\n".join(body) + "\n", pending, section))
         pending = {}
     return Page(path, steps, listed, links)
+
+
+def cover_problem(spec: str, command: str) -> str | None:
+    """Why the test ``spec`` (``FILE::TEST``) does not cover ``command``, or None: the
+    test must exist, and every flag of ``command`` must be a string in its source or in
+    a fixture of its module it takes (how it passes the flag to the same command)."""
+    file, sep, name = spec.partition("::")
+    path = ROOT / file
+    if not sep or not path.is_file():
+        return f"covered-by {spec}: no such test file (FILE::TEST)"
+    tree = ast.parse(path.read_text())
+    functions = {node.name: node for node in tree.body
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    test = functions.get(name)
+    if test is None or not name.startswith("test"):
+        return f"covered-by {spec}: {file} has no test {name}"
+    read = [test, *(functions[a.arg] for a in test.args.args if a.arg in functions)]
+    strings = {node.value for function in read for node in ast.walk(function)
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    words = shlex.split(command.replace("\\\n", " "), comments=True)
+    flags = [w.split("=", 1)[0] for w in words if w.startswith("--")]
+    missing = [flag for flag in flags if flag not in strings]
+    if missing:
+        return f"covered-by {spec}: the test does not pass {', '.join(missing)}"
+    return None
 
 
 def free_ports(count: int) -> list[int]:
@@ -506,6 +544,10 @@ class Run:
                                  f"{block.lang or 'plain'} block, which is never run")
             return
         commands = block.commands()
+        if "covered-by" in attrs:
+            for command in commands:
+                self.parse_only(block, command)
+            return
         if "instead-kill" in attrs:
             bg = self.named(block.line, self.expand(attrs["instead-kill"]))
             self.stop(bg, signal.SIGKILL)
@@ -550,6 +592,19 @@ class Run:
             if time.monotonic() >= deadline:
                 self.fail(block.line, f"{problem}\n--- command:\n{command.text}", out)
             time.sleep(POLL_S)
+
+    def parse_only(self, block: Block, command: Command) -> None:
+        """``covered-by``: the command through groupwire's parser, not run."""
+        problem = cover_problem(block.attrs["covered-by"], command.text)
+        if problem is not None:
+            self.fail(block.line, problem)
+        program, _, rest = command.text.lstrip().partition(" ")
+        if program != "groupwire" and not program.endswith("/groupwire"):
+            self.fail(block.line, f"covered-by: not a groupwire command: {command.text}")
+        code, out = self.shell(f"python -c {shlex.quote(PARSE_ONLY)} {rest}")
+        if code != 0:
+            self.fail(block.line, f"groupwire's parser refuses the command (exit {code})\n"
+                                  f"--- command:\n{command.text}", out)
 
     def python(self, block: Block) -> None:
         attrs = block.attrs

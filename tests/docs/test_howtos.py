@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from .howto import ROOT, Block, HowtoError, PageSkipped, parse_page, run_page
+from .howto import ROOT, Block, HowtoError, PageSkipped, cover_problem, parse_page, run_page
 
 PAGES = ["README.md", "docs/tutorial.md", "docs/how-to/security.md",
          "docs/how-to/cluster.md", "docs/how-to/chaos.md", "docs/how-to/db-offsets.md",
-         "docs/how-to/spark.md", "docs/how-to/deploy.md", "docs/how-to/aiokafka.md"]
+         "docs/how-to/spark.md", "docs/how-to/deploy.md", "docs/how-to/aiokafka.md",
+         "docs/how-to/kafka-clients.md"]
 TIERS = {"docs/how-to/chaos.md": pytest.mark.chaos, "docs/how-to/spark.md": pytest.mark.spark}
 """Pages that run chaos or Spark take those tiers' markers too, so ``-m "not spark"``
 leaves them out with the rest of their tier."""
@@ -39,11 +40,16 @@ def test_page_runs_as_written(page: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", PAGES)
 def test_page_marks_parse(page: str) -> None:
     """Cheap, and runs where the tools are missing: every howto word is known and sits
-    right before a block, and every python block says what to do with it."""
+    right before a block, every python block says what to do with it, and every
+    ``covered-by`` test exists and passes the flags of the command it covers."""
     parsed = parse_page(ROOT / page)
     for step in parsed.steps:
         if isinstance(step, Block) and step.lang == "python":
             assert step.attrs, f"{page}:{step.line}: a python block without save/python/skip"
+        if isinstance(step, Block) and "covered-by" in step.attrs:
+            for command in step.commands():
+                problem = cover_problem(step.attrs["covered-by"], command.text)
+                assert problem is None, f"{page}:{step.line}: {problem}"
 
 
 # --- the runner itself -------------------------------------------------------------------------
@@ -99,3 +105,30 @@ def test_listed_ports_are_replaced_by_free_ones(tmp_path: Path) -> None:
     run_page(page, tmp_path / "run")
     port = (tmp_path / "run" / "port").read_text().strip().split(":")[1]
     assert port != "9092" and port.isdigit()
+
+
+COVER = "tests/chaos/test_cluster_chaos.py::test_a_short_cluster_run_loses_nothing"
+
+
+def test_a_covered_command_is_parsed_not_run(tmp_path: Path) -> None:
+    page = write(tmp_path, f"# P\n\n```sh\nS=11\n```\n\n<!-- howto: covered-by {COVER} -->\n"
+                 "```sh\n.venv/bin/groupwire chaos --cluster 3 --report ./r \\\n"
+                 "    --seed $S --records 5\n```\n")
+    assert run_page(page, tmp_path / "ok") == []
+    transcript = (tmp_path / "ok" / ".howto" / "transcript.txt").read_text()
+    assert "parsed: groupwire chaos" in transcript
+    assert not (tmp_path / "ok" / "r").exists()  # a run would have made its report dir
+
+
+@pytest.mark.parametrize(("mark", "command", "failure"), [
+    (COVER, "groupwire chaos --cluster 2", "a cluster needs 3 brokers"),  # the parser's
+    (COVER, "groupwire chaos --sed 11", "the test does not pass --sed"),
+    (COVER, "groupwire demo --cluster 3", "unrecognized arguments: --cluster"),
+    (COVER, "echo --cluster 3", "not a groupwire command"),
+    ("tests/chaos/test_cluster_chaos.py::test_gone", "groupwire chaos", "has no test test_gone"),
+    ("tests/chaos/gone.py::test_x", "groupwire chaos", "no such test file")])
+def test_a_cover_that_does_not_hold_fails_the_page(tmp_path: Path, mark: str, command: str,
+                                                   failure: str) -> None:
+    page = write(tmp_path, f"# P\n\n<!-- howto: covered-by {mark} -->\n```sh\n{command}\n```\n")
+    with pytest.raises(HowtoError, match=failure):
+        run_page(page, tmp_path / "run")

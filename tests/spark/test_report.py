@@ -3,15 +3,19 @@
 Raw members (tests/integration/rawgroup.py) on the shared broker process (short timeouts
 as flags: grace 200 ms, no initial delay): three join one by one, one has its connection
 dropped (as a SIGKILLed consumer's would), one stalls past its poll interval, a fourth
-joins with a short session and goes silent until it expires. The job then reads
-``__group_events`` through the ``groupwire`` data source; its tables must say what the run
-did: the broker's own rebalance history (DescribeGroups) for reasons, generations, starts,
-durations and moved partitions, and the run's own steps for sessions and ownership.
+joins with a short session and goes silent until it expires. ``groupwire report`` then
+runs the job (its own Spark, in a child process), which reads ``__group_events`` through
+the ``groupwire`` data source; its tables must say what the run did: the broker's own
+rebalance history (DescribeGroups) for reasons, generations, starts, durations and moved
+partitions, and the run's own steps for sessions and ownership. The job runs once for
+all those checks and the command's own (a Spark job is most of this file's time).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
 import json
 import os
@@ -190,21 +194,27 @@ async def wait_for_events(host: str, port: int,
 @pytest.fixture(scope="module")
 def report_run(spark: SparkSession, spark_broker: SparkBroker,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The scripted run, then the job over its events (one Spark job for all checks)."""
-    from groupwire.pipeline.report.job import build_report, read_events
-    from groupwire.pipeline.report.options import ReportOptions
+    """The scripted run, then ``groupwire report`` over its events: the command's own
+    Spark (a child process, local[2]) runs the job, once for every check of this file;
+    what it printed, its summary.json and its tables (read here)."""
+    from groupwire.pipeline.report.job import ReportSummary
 
     stamp = time.time_ns()
     group, topic = f"report-group-{stamp}", f"report-topic-{stamp}"
     facts = asyncio.run(scripted_run("127.0.0.1", spark_broker.port, group, topic))
-    out = tmp_path_factory.mktemp("report")
-    summary = build_report(spark, read_events(spark, spark_broker.bootstrap),
-                           ReportOptions(bootstrap=spark_broker.bootstrap, out=out,
-                                         group=group))
+    out = tmp_path_factory.mktemp("report") / "cli-report"
+    args = _report_parser().parse_args(
+        ["report", "--bootstrap", spark_broker.bootstrap, "--out", str(out),
+         "--group", group, "--master", "local[2]"])
+    printed, progress = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(progress):
+        code = args.func(args)
+    summary = ReportSummary(**json.loads((out / "summary.json").read_text()))
     tables = {name: [r.asDict(recursive=True)
                      for r in spark.read.parquet(str(out / name)).collect()]
               for name in ("events", "rebalances", "member_sessions", "partition_ownership")}
-    return {"facts": facts, "summary": summary, "out": out, **tables}
+    return {"facts": facts, "code": code, "stdout": printed.getvalue(),
+            "stderr": progress.getvalue(), "summary": summary, "out": out, **tables}
 
 
 EXPECTED_REASONS = ["member-joined", "member-joined", "member-joined", "connection-lost",
@@ -342,22 +352,19 @@ def _report_parser() -> Any:
 
 @pytest.mark.slow
 def test_groupwire_report_runs_the_job_and_says_where_it_wrote(
-        report_run: dict[str, Any], spark_broker: SparkBroker, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """The command's own Spark (a child process, local[2]) agrees with the job run here."""
-    facts: RunFacts = report_run["facts"]
-    out = tmp_path / "cli-report"
-    args = _report_parser().parse_args(
-        ["report", "--bootstrap", spark_broker.bootstrap, "--out", str(out),
-         "--group", facts.group, "--master", "local[2]"])
-    assert args.func(args) == 0
-    printed = capsys.readouterr()
-    assert f"report: {out / 'report.html'}" in printed.out
-    assert "8 rebalances (0 still running), 4 member ids, 6 partitions" in printed.out
-    assert "writing partition_ownership" in printed.err  # progress, step by step
+        report_run: dict[str, Any]) -> None:
+    """The command's own Spark (a child process, local[2]) wrote what the checks above
+    read; here, what the command says of it agrees with what it wrote."""
+    out: Path = report_run["out"]
+    assert report_run["code"] == 0
+    printed = report_run["stdout"]
+    assert f"report: {out / 'report.html'}" in printed
+    assert "8 rebalances (0 still running), 4 member ids, 6 partitions" in printed
+    assert "writing partition_ownership" in report_run["stderr"]  # progress, step by step
     written = json.loads((out / "summary.json").read_text())
-    ours = report_run["summary"]
-    assert (written["events"], written["unowned_ms"]) == (ours.events, ours.unowned_ms)
+    # the numbers it printed are its summary's, and the summary counts its own tables
+    assert f"({written['unowned_ms']} ms without owner in all)" in printed
+    assert written["events"] == len(report_run["events"])
     for name in ("events", "rebalances", "member_sessions", "partition_ownership"):
         assert any((out / name).glob("*.parquet")), name
 
