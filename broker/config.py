@@ -304,8 +304,8 @@ OPTIONS: tuple[Option, ...] = (
            choices=("auto", "json", "console")),
     Option("log_level", "least severe log level shown",
            choices=("debug", "info", "warning", "error")),
-    Option("node_id", "this broker's id in a cluster, unique among its brokers",
-           _at_least(0)),
+    Option("node_id", "this broker's id in a cluster, unique among its brokers (an int32, "
+           "as Kafka's node ids are)", _between(0, (1 << 31) - 1)),
     Option("etcd_endpoints",
            "comma-separated etcd URLs (http://host:2379,...); set, the broker joins a "
            "cluster whose metadata lives there; empty: a single broker"),

@@ -44,7 +44,12 @@ from groupwire.broker.kafka.apis import TRANSLATORS
 from groupwire.broker.kafka.apis.configs import BrokerConfigs
 from groupwire.broker.kafka.connection import KafkaConnection
 from groupwire.broker.kafka.door import KafkaDoor, kafka_named
-from groupwire.broker.kafka.producer_ids import NODE_ID_SHIFT, LocalProducerIds
+from groupwire.broker.kafka.producer_ids import (
+    MAX_PRODUCER_ID,
+    NODE_ID_SHIFT,
+    LocalProducerIds,
+)
+from groupwire.broker.kafka.translate import KafkaAddress
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
 from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
@@ -190,6 +195,8 @@ class Broker:
         self._next_conn_id = 1
         self._servers: list[asyncio.Server] = []
         """One per listener (``--listeners``), in their order."""
+        self._bound: list[Listener] = []
+        """Every listener with the port it is bound to, client listeners first."""
         self.listener_ports: dict[str, int] = {}
         """The port each listener is bound to, by name (``PLAINTEXT``, ``SASL_SSL``...)."""
         self._advertised: dict[str, tuple[str, int]] = {}
@@ -382,11 +389,11 @@ class Broker:
             except SecurityStoreError as exc:
                 raise StartupError(str(exc)) from exc
         self._start_security()
-        try:
+        await self._listen()
+        try:  # after _listen: DescribeConfigs names the bound listeners
             self._start_kafka_door(store)
         except StorageError as exc:
             raise StartupError(str(exc)) from exc
-        await self._listen()
         try:
             self._start_metrics(started)
         except OSError as exc:
@@ -451,9 +458,14 @@ class Broker:
     def _start_kafka_door(self, store: TopicStore) -> None:
         """What the Kafka door answers itself: configs, producer ids, the ACL check."""
         settings, door = self.settings, self.kafka_door
+        bound = self._bound
         door.configs = BrokerConfigs(
-            settings, topic_exists=lambda name: store.partition_count(name) is not None)
-        ids = LocalProducerIds(settings.data_dir)
+            settings, topic_exists=lambda name: store.partition_count(name) is not None,
+            listeners=[str(listener) for listener in bound],
+            advertised=[f"{listener.name}://{host}:{port}" for listener in bound
+                        for host, port in [self._advertised[listener.name]]])
+        ids = LocalProducerIds(settings.data_dir, limit=(
+            (1 << NODE_ID_SHIFT) - 1 if settings.clustered else MAX_PRODUCER_ID))
         if settings.clustered:
             # each broker hands out ids from its own range until the cluster allocates
             # blocks in etcd (docs/protocol.md §13.4)
@@ -467,6 +479,10 @@ class Broker:
         else:
             door.new_producer_id = ids.next_id
         door.access = self._access
+        if not settings.clustered:
+            advertised = self._advertised  # filled in by _listen, before any connection
+            door.addresses = lambda name: (
+                {0: KafkaAddress(0, *advertised[name])} if name in advertised else {})
 
     async def _persist_security(self, bindings: list[AclBinding],
                                 credentials: CredentialTable) -> None:
@@ -533,7 +549,8 @@ class Broker:
                 raise StartupError(_cannot_listen(flag, listener.host, listener.port,
                                                   exc)) from exc
             self._servers.append(server)
-            self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
+            self.listener_ports[listener.name] = port = server.sockets[0].getsockname()[1]
+            self._bound.append(dataclasses.replace(listener, port=port))
         self._port = self.listener_ports[listeners[0].name]
         self._advertised.update(advertised_addresses(
             listeners + kafka, advertised + kafka_advertised, settings.advertised_host,

@@ -431,6 +431,11 @@ class ControllerTask:
         while pending:
             epoch = self._require_epoch()
             image = self.watcher.image
+            # Read before the writes: the watch updates this image in place, and etcd may
+            # deliver our own write to it before the txn's answer arrives; a revision read
+            # after the await would already include it, and the wait below would then
+            # last until some unrelated change or the whole timeout.
+            seen = image.revision
             for txn in txns_for(image, epoch, pending):
                 if not (await self.store.txn(txn)).succeeded:
                     break  # the image was stale: decide again from the next one
@@ -441,7 +446,7 @@ class ControllerTask:
                                        "logs may lack acknowledged records")
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self.watcher.until(functools.partial(_newer, image.revision))
+                    await self.watcher.until(functools.partial(_newer, seen))
             except TimeoutError:
                 break
             finally:

@@ -8,6 +8,10 @@ limit of the msgpack door holds unchanged: frame size, requests in flight, the r
 memory budget, the pre-authentication frame cap and deadline, idle and half-frame
 timeouts, loop slicing.
 
+SASL is the msgpack door's exchange (``_sasl_request``) with Kafka's framing around it: bare
+tokens after SaslHandshake v0 (``_raw_token``), and a refusal's close delayed as Kafka's
+broker delays it (``_reply_and_close``).
+
 Inside, each request gets a connection-local number: the broker answers by that number
 (``Peer.reply``), the connection turns the answer into the Kafka response its translator
 (``broker.kafka.translate``) writes and sends it under the client's correlation id once
@@ -40,6 +44,7 @@ from groupwire.protocol.kafka.codec import (
 )
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import (
+    Request,
     Response,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -54,10 +59,21 @@ if TYPE_CHECKING:
 
 log = get_logger("groupwire.kafka")
 
+PRODUCE: Final = 0
+PRODUCE_KEY: Final = b"\x00\x00"
+"""A payload's first two bytes when it is a Produce (its int16 api key)."""
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
+_READ_WHEN_NEXT: Final = frozenset({3, 10, 60})
+"""Metadata, FindCoordinator, DescribeCluster: state a client acts on, so read when the
+answer can go at once, as Kafka reads a connection's requests one at a time."""
 _BEFORE_AUTHENTICATION: Final = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+FAILED_AUTHENTICATION_DELAY_S: Final = 0.1
+"""How long a connection stays open after a SASL refusal was answered: Kafka's
+``connection.failed.authentication.delay.ms`` default (``_reply_and_close``)."""
+_SASL_REFUSALS: Final = frozenset({
+    "authentication-failed", "sasl-handshake-failed", "illegal-sasl-state"})
 
 
 @dataclass(slots=True)
@@ -72,6 +88,8 @@ class _Pending:
     error_code: int = 0
     silent: bool = False
     raw: bool = False
+    deferred: Request | None = None
+    """Dispatched once every earlier answer has gone (``_READ_WHEN_NEXT``)."""
     """A bare SASL token after SaslHandshake v0: answered with a bare token, no header."""
 
 
@@ -102,10 +120,14 @@ class KafkaConnection(ClientConnection):
         self._raw_tokens = False
         """SaslHandshake v0 succeeded: until authenticated, every frame is a bare SASL
         token and every answer one too (``_raw_token``)."""
+        self._sasl_refused = False
+        """A SASL refusal was answered and the close is due: nothing more is taken."""
 
     # --- requests -------------------------------------------------------------------------
 
     def _handle_frame(self, payload: Payload) -> None:
+        if self._sasl_refused:
+            return
         if self._gated and len(payload) > MAX_UNAUTHENTICATED_FRAME:
             self.abort("unauthenticated",
                        f"frame of {len(payload)} bytes before SASL authentication")
@@ -113,8 +135,10 @@ class KafkaConnection(ClientConnection):
         if self._raw_tokens and self._gated:
             self._raw_token(payload)
             return
-        if len(payload) > SCAN_ABOVE_BYTES and not self._gated:
-            # a Produce's records stay one undecoded blob; 10,000 partitions do not
+        if (len(payload) > SCAN_ABOVE_BYTES and not self._gated
+                and payload[:2] != PRODUCE_KEY):
+            # 10,000 partitions cost milliseconds to decode; a Produce's records stay
+            # one undecoded blob, so it is decoded here (the hop cost 7% under load)
             self._off_loop(_decode, payload, self._handle_kafka)
             return
         self._handle_kafka(_decode(payload))
@@ -177,6 +201,12 @@ class KafkaConnection(ClientConnection):
                     and self._sasl is not None):
                 self._raw_tokens = True  # the handshake was taken: bare tokens follow
             return
+        if (pending.header.api_key in _READ_WHEN_NEXT and self._order
+                and self._order[0] != number):
+            # answered only once every earlier answer has gone: read then, not now, or
+            # a Metadata queued behind a slow acks=all Produce names yesterday's leaders
+            pending.deferred = request
+            return
         self.broker.dispatch(self, number, pending.header.client_id or "", request)
 
     def _raw_token(self, payload: Payload) -> None:
@@ -201,6 +231,23 @@ class KafkaConnection(ClientConnection):
             self._forget(number)
             return
         self._ready(number, with_size(response.auth_bytes))
+
+    def _reply_and_close(self, cid: int, response: Response, reason: str,
+                         detail: str = "") -> None:
+        """A SASL refusal (a failed authentication, an unsupported mechanism, a step out
+        of order) is answered at once and the connection closed
+        ``FAILED_AUTHENTICATION_DELAY_S`` later, as Kafka's broker delays it: the client
+        reads the answer before it sees the close (kafka-python, given both at once,
+        reports the close rather than the refusal about half the time), and each guess
+        of a password costs the guesser that long. Nothing it sends meanwhile is taken.
+        Other closes are the msgpack door's: answer, then close."""
+        if reason not in _SASL_REFUSALS or self._closed:
+            super()._reply_and_close(cid, response, reason, detail)
+            return
+        self._sasl_refused = True
+        self.reply(cid, response)  # written now, or by the drain this runs in
+        asyncio.get_running_loop().call_later(
+            FAILED_AUTHENTICATION_DELAY_S, self.abort, reason, detail)
 
     def _unsupported(self, exc: UnsupportedKafkaVersion) -> None:
         """An ApiVersions version not served is answered in v0's shape with
@@ -255,8 +302,9 @@ class KafkaConnection(ClientConnection):
         assert translator is not None and ctx is not None
         if number in self._long:
             self._long.discard(number)
-            self._translate_off_loop(number, pending, response)
-            return
+            if pending.header.api_key != PRODUCE:  # a Produce's answer is a few bytes
+                self._translate_off_loop(number, pending, response)
+                return
         try:
             result = translator.response(ctx, pending.body, response)
         except Exception as exc:
@@ -316,6 +364,11 @@ class KafkaConnection(ClientConnection):
         if pending is None:
             return
         pending.answer = data
+        self._flush()
+
+    def _flush(self) -> None:
+        """Send the answers at the head of the line, then read the request now first in
+        it if it waited (``_READ_WHEN_NEXT``)."""
         order = self._order
         while order:
             head = self._pending.get(order[0])
@@ -330,10 +383,21 @@ class KafkaConnection(ClientConnection):
             if self._closed or self._transport is None:
                 continue
             self._send(head.answer, started, head.error_code)  # type: ignore[arg-type]
+        if order and not self._closed:
+            self._dispatch_deferred(order[0])
+
+    def _dispatch_deferred(self, number: int) -> None:
+        """The request now first in line, if it waited to be read (``_READ_WHEN_NEXT``)."""
+        head = self._pending.get(number)
+        if head is not None and head.deferred is not None:
+            request, head.deferred = head.deferred, None
+            self.broker.dispatch(self, number, head.header.client_id or "", request)
 
     def _forget(self, number: int) -> None:
         self._pending.pop(number, None)
         self._in_flight.pop(number, None)
+        if self._order and self._order[0] == number and not self._closed:
+            self._flush()
 
     def answer_now(self, number: int, body: dict[str, Any]) -> None:
         """Answer a request with a Kafka body the door built (not through a translator)."""

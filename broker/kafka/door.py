@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final
 
-from groupwire.broker.kafka.translate import Body, KafkaContext, Translator
+from groupwire.broker.kafka.translate import Body, KafkaAddress, KafkaContext, Translator
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.kafka.codec import SERVED, RequestHeader
 
@@ -43,6 +43,10 @@ class KafkaDoor:
         """Set at start: what DescribeConfigs answers (``broker.kafka.apis.configs``)."""
         self.new_producer_id: Callable[[], int | None] | None = None
         """Set at start: InitProducerId's source of ids (``broker.kafka.producer_ids``)."""
+        self.addresses: Callable[[str], Mapping[int, KafkaAddress]] | None = None
+        """Set at start on a single broker: its own address on each listener, by name
+        (a translator that must know the brokers, such as a CreateTopics naming replicas,
+        asks; in a cluster the broker's own answers name them)."""
         self.access: AccessControl | None = None
         """Set at start with ``--authorizer acl``: what the door answers itself is
         checked with it."""
@@ -55,6 +59,7 @@ class KafkaDoor:
         return KafkaContext(
             api_version=header.api_version, client_id=header.client_id or "",
             principal=conn.principal,
+            addresses={} if self.addresses is None else self.addresses(conn.listener.name),
             allowed=None if self.access is None else self.access.allowed_for(conn),
             configs=self.configs, new_producer_id=self.new_producer_id)
 

@@ -47,16 +47,17 @@ class ProducerIds(Protocol):
         ...
 
 
-NODE_ID_SHIFT: Final = 40
-"""Cluster mode, for now: broker ``n`` hands out ``n << 40`` plus its own ids, so two
-brokers never hand out the same one (while no broker's data dir is wiped)."""
+NODE_ID_SHIFT: Final = 32
+"""Cluster mode, for now: broker ``n`` hands out ``n << 32`` plus its own ids (below
+``1 << 32``), so two brokers never hand out the same one while no broker's data dir is
+wiped, and any int32 node id stays within int64."""
 
 
 class LocalProducerIds:
     """A single broker's producer ids, reserved a block at a time in its data dir."""
 
     def __init__(self, data_dir: Path, *, block_size: int = BLOCK_SIZE,
-                 file_ops: FileOps | None = None) -> None:
+                 file_ops: FileOps | None = None, limit: int = MAX_PRODUCER_ID) -> None:
         """Reads what was reserved before; raises :class:`StorageError` if the file
         cannot be read or holds something else (starting again from 0 could hand out
         ids already in use)."""
@@ -65,6 +66,8 @@ class LocalProducerIds:
         self._path = Path(data_dir) / PRODUCER_IDS_FILE
         self._ops = file_ops or FileOps()
         self._block = block_size
+        self._limit = limit
+        """The largest id this broker may hand out."""
         self._next = self._end = _load(self._path)
         """Ids from ``_next`` up to ``_end`` are reserved and not handed out yet."""
 
@@ -82,7 +85,7 @@ class LocalProducerIds:
 
     def _reserve(self) -> bool:
         """Write down the next block before any of its ids goes out."""
-        end = min(self._end + self._block, MAX_PRODUCER_ID + 1)
+        end = min(self._end + self._block, self._limit + 1)
         if end <= self._end:
             log.error("producer_ids_exhausted", file=str(self._path))
             return False

@@ -164,6 +164,7 @@ class SaslServer:
             return SaslStep(server.get_server_first().encode("utf-8"), False, None, None,
                             None)
         server = self._scram
+        _accept_repeated_client_nonce(server, message)
         server.set_client_final(message)
         reply = server.get_server_final().encode("utf-8")
         user = self._scram_user
@@ -201,6 +202,28 @@ class SaslServer:
     def _illegal(why: str) -> SaslStep:
         """Out of order: the exchange is left as it was (the caller closes anyway)."""
         return SaslStep(b"", True, None, ErrorCode.ILLEGAL_SASL_STATE, why)
+
+
+def _accept_repeated_client_nonce(server: Any, client_final: str) -> None:
+    """Take librdkafka's client-final nonce as well as RFC 5802's.
+
+    librdkafka before 2.6.1 (Debian 12's kcat links 2.0.2, Ubuntu 24.04 ships 2.3.0)
+    puts its own nonce in front of the server's combined one, so its ``r=`` is
+    client + client + server nonce rather than client + server. Kafka checked nothing
+    there until 3.8.1, then accepted any ``r=`` ending with the right nonce; the form
+    taken here is exactly the one librdkafka sends, which still carries this exchange's
+    server nonce, so a replayed client-final still fails. The proof is checked over the
+    message as sent, which is what librdkafka signs: only scramp's nonce comparison is
+    widened (its ``nonce`` attribute, a str or scramp's own ``Nonce`` by version, is what
+    it compares ``r=`` with)."""
+    expected = server.nonce
+    nonce = str(expected)
+    client_nonce = nonce[:len(nonce) - len(str(server.s_nonce))]
+    for attribute in client_final.split(","):
+        if attribute.startswith("r="):
+            if client_nonce and attribute[2:] == client_nonce + nonce:
+                server.nonce = type(expected)(client_nonce + nonce)
+            return
 
 
 def _made_up(mechanism: ScramMechanism, user: str) -> ScramCredential:

@@ -7,8 +7,9 @@ plain dicts keyed by the snake_case of Kafka's field names (``ThrottleTimeMs`` -
 
 Decoding (:func:`decode_request`, :func:`decode_response`) is strict and bounded: a
 truncated payload, a length or count beyond what remains, a negative length where null
-is not allowed, a string that is not UTF-8 or bytes after the body all raise
-:class:`KafkaCodecError`, and nothing else, carrying what is known of the header. A
+is not allowed, a string that is not UTF-8 (or, in a response, bytes after the body) all
+raise :class:`KafkaCodecError`, and nothing else, carrying what is known of the header.
+Bytes after a request's body are ignored, as Kafka's broker ignores them. A
 decoded body has every field the served versions of its message know: one the version
 does not carry (or a tagged field not sent) holds Kafka's default for it. ``records``
 come back as ``memoryview`` slices of the payload, never copied.
@@ -308,9 +309,9 @@ def decode_request(payload: bytes | bytearray | memoryview) -> KafkaRequest:
         raise KafkaCodecError(
             f"{_what(header.api_key, header.api_version, False)}: {_reason(exc)}",
             header=header) from None
-    if pos != len(buf):
-        raise KafkaCodecError(f"{_what(header.api_key, header.api_version, False)}: "
-                              f"{len(buf) - pos} bytes after the body", header=header)
+    # Bytes after the body are ignored, as Kafka's broker ignores them (it parses the
+    # body and never looks further): librdkafka 2.16 ends AlterUserScramCredentials with
+    # its empty tagged fields twice.
     return _request(header, body)
 
 

@@ -17,7 +17,7 @@ SERVED: Mapping[int, tuple[int, int]] = {
     0: (0, 8),  # Produce
     1: (4, 11),  # Fetch
     2: (1, 5),  # ListOffsets
-    3: (0, 8),  # Metadata
+    3: (0, 9),  # Metadata
     8: (2, 7),  # OffsetCommit
     9: (1, 5),  # OffsetFetch
     10: (0, 2),  # FindCoordinator
@@ -45,10 +45,11 @@ SERVED: Mapping[int, tuple[int, int]] = {
     36: (0, 1),  # SaslAuthenticate
     37: (0, 1),  # CreatePartitions
     42: (0, 1),  # DeleteGroups
+    43: (0, 2),  # ElectLeaders
     47: (0, 0),  # OffsetDelete
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
-    60: (0, 0),  # DescribeCluster
+    60: (0, 1),  # DescribeCluster
 }
 
 API_NAMES: Mapping[int, str] = {
@@ -83,6 +84,7 @@ API_NAMES: Mapping[int, str] = {
     36: 'SaslAuthenticate',
     37: 'CreatePartitions',
     42: 'DeleteGroups',
+    43: 'ElectLeaders',
     47: 'OffsetDelete',
     50: 'DescribeUserScramCredentials',
     51: 'AlterUserScramCredentials',
@@ -138,13 +140,13 @@ REQUESTS: Mapping[int, Message] = {
             )),
         )),
     )),
-    3: Message(3, 'Metadata', False, (0, 8), 9, (
-        F('topics', 'struct', (0, 8), array=True, nullable=(1, 8), default=(), fields=(
-            F('name', 'string', (0, 8), default=''),
+    3: Message(3, 'Metadata', False, (0, 9), 9, (
+        F('topics', 'struct', (0, 9), array=True, nullable=(1, 9), default=(), fields=(
+            F('name', 'string', (0, 9), default=''),
         )),
-        F('allow_auto_topic_creation', 'bool', (4, 8), default=True),
-        F('include_cluster_authorized_operations', 'bool', (8, 8), default=False),
-        F('include_topic_authorized_operations', 'bool', (8, 8), default=False),
+        F('allow_auto_topic_creation', 'bool', (4, 9), default=True),
+        F('include_cluster_authorized_operations', 'bool', (8, 9), default=False),
+        F('include_topic_authorized_operations', 'bool', (8, 9), default=False),
     )),
     8: Message(8, 'OffsetCommit', False, (2, 7), 8, (
         F('group_id', 'string', (2, 7), default=''),
@@ -362,6 +364,14 @@ REQUESTS: Mapping[int, Message] = {
     42: Message(42, 'DeleteGroups', False, (0, 1), 2, (
         F('groups_names', 'string', (0, 1), array=True, default=()),
     )),
+    43: Message(43, 'ElectLeaders', False, (0, 2), 2, (
+        F('election_type', 'int8', (1, 2), default=0),
+        F('topic_partitions', 'struct', (0, 2), array=True, nullable=(0, 2), default=(), fields=(
+            F('topic', 'string', (0, 2), default=''),
+            F('partitions', 'int32', (0, 2), array=True, default=()),
+        )),
+        F('timeout_ms', 'int32', (0, 2), default=60000),
+    )),
     47: Message(47, 'OffsetDelete', False, (0, 0), None, (
         F('group_id', 'string', (0, 0), default=''),
         F('topics', 'struct', (0, 0), array=True, default=(), fields=(
@@ -389,8 +399,9 @@ REQUESTS: Mapping[int, Message] = {
             F('salted_password', 'bytes', (0, 0), default=b''),
         )),
     )),
-    60: Message(60, 'DescribeCluster', False, (0, 0), 0, (
-        F('include_cluster_authorized_operations', 'bool', (0, 0), default=False),
+    60: Message(60, 'DescribeCluster', False, (0, 1), 0, (
+        F('include_cluster_authorized_operations', 'bool', (0, 1), default=False),
+        F('endpoint_type', 'int8', (1, 1), default=1),
     )),
 }
 
@@ -449,32 +460,32 @@ RESPONSES: Mapping[int, Message] = {
             )),
         )),
     )),
-    3: Message(3, 'Metadata', True, (0, 8), 9, (
-        F('throttle_time_ms', 'int32', (3, 8), default=0),
-        F('brokers', 'struct', (0, 8), array=True, default=(), fields=(
-            F('node_id', 'int32', (0, 8), default=0),
-            F('host', 'string', (0, 8), default=''),
-            F('port', 'int32', (0, 8), default=0),
-            F('rack', 'string', (1, 8), nullable=(1, 8)),
+    3: Message(3, 'Metadata', True, (0, 9), 9, (
+        F('throttle_time_ms', 'int32', (3, 9), default=0),
+        F('brokers', 'struct', (0, 9), array=True, default=(), fields=(
+            F('node_id', 'int32', (0, 9), default=0),
+            F('host', 'string', (0, 9), default=''),
+            F('port', 'int32', (0, 9), default=0),
+            F('rack', 'string', (1, 9), nullable=(1, 9)),
         )),
-        F('cluster_id', 'string', (2, 8), nullable=(2, 8)),
-        F('controller_id', 'int32', (1, 8), default=-1),
-        F('topics', 'struct', (0, 8), array=True, default=(), fields=(
-            F('error_code', 'int16', (0, 8), default=0),
-            F('name', 'string', (0, 8), default=''),
-            F('is_internal', 'bool', (1, 8), default=False),
-            F('partitions', 'struct', (0, 8), array=True, default=(), fields=(
-                F('error_code', 'int16', (0, 8), default=0),
-                F('partition_index', 'int32', (0, 8), default=0),
-                F('leader_id', 'int32', (0, 8), default=0),
-                F('leader_epoch', 'int32', (7, 8), default=-1),
-                F('replica_nodes', 'int32', (0, 8), array=True, default=()),
-                F('isr_nodes', 'int32', (0, 8), array=True, default=()),
-                F('offline_replicas', 'int32', (5, 8), array=True, default=()),
+        F('cluster_id', 'string', (2, 9), nullable=(2, 9)),
+        F('controller_id', 'int32', (1, 9), default=-1),
+        F('topics', 'struct', (0, 9), array=True, default=(), fields=(
+            F('error_code', 'int16', (0, 9), default=0),
+            F('name', 'string', (0, 9), default=''),
+            F('is_internal', 'bool', (1, 9), default=False),
+            F('partitions', 'struct', (0, 9), array=True, default=(), fields=(
+                F('error_code', 'int16', (0, 9), default=0),
+                F('partition_index', 'int32', (0, 9), default=0),
+                F('leader_id', 'int32', (0, 9), default=0),
+                F('leader_epoch', 'int32', (7, 9), default=-1),
+                F('replica_nodes', 'int32', (0, 9), array=True, default=()),
+                F('isr_nodes', 'int32', (0, 9), array=True, default=()),
+                F('offline_replicas', 'int32', (5, 9), array=True, default=()),
             )),
-            F('topic_authorized_operations', 'int32', (8, 8), default=-2147483648),
+            F('topic_authorized_operations', 'int32', (8, 9), default=-2147483648),
         )),
-        F('cluster_authorized_operations', 'int32', (8, 8), default=-2147483648),
+        F('cluster_authorized_operations', 'int32', (8, 9), default=-2147483648),
     )),
     8: Message(8, 'OffsetCommit', True, (2, 7), 8, (
         F('throttle_time_ms', 'int32', (3, 7), default=0),
@@ -750,6 +761,18 @@ RESPONSES: Mapping[int, Message] = {
             F('error_code', 'int16', (0, 1), default=0),
         )),
     )),
+    43: Message(43, 'ElectLeaders', True, (0, 2), 2, (
+        F('throttle_time_ms', 'int32', (0, 2), default=0),
+        F('error_code', 'int16', (1, 2), default=0),
+        F('replica_election_results', 'struct', (0, 2), array=True, default=(), fields=(
+            F('topic', 'string', (0, 2), default=''),
+            F('partition_result', 'struct', (0, 2), array=True, default=(), fields=(
+                F('partition_id', 'int32', (0, 2), default=0),
+                F('error_code', 'int16', (0, 2), default=0),
+                F('error_message', 'string', (0, 2), nullable=(0, 2), default=''),
+            )),
+        )),
+    )),
     47: Message(47, 'OffsetDelete', True, (0, 0), None, (
         F('error_code', 'int16', (0, 0), default=0),
         F('throttle_time_ms', 'int32', (0, 0), default=0),
@@ -783,18 +806,19 @@ RESPONSES: Mapping[int, Message] = {
             F('error_message', 'string', (0, 0), nullable=(0, 0), default=''),
         )),
     )),
-    60: Message(60, 'DescribeCluster', True, (0, 0), 0, (
-        F('throttle_time_ms', 'int32', (0, 0), default=0),
-        F('error_code', 'int16', (0, 0), default=0),
-        F('error_message', 'string', (0, 0), nullable=(0, 0)),
-        F('cluster_id', 'string', (0, 0), default=''),
-        F('controller_id', 'int32', (0, 0), default=-1),
-        F('brokers', 'struct', (0, 0), array=True, default=(), fields=(
-            F('broker_id', 'int32', (0, 0), default=0),
-            F('host', 'string', (0, 0), default=''),
-            F('port', 'int32', (0, 0), default=0),
-            F('rack', 'string', (0, 0), nullable=(0, 0)),
+    60: Message(60, 'DescribeCluster', True, (0, 1), 0, (
+        F('throttle_time_ms', 'int32', (0, 1), default=0),
+        F('error_code', 'int16', (0, 1), default=0),
+        F('error_message', 'string', (0, 1), nullable=(0, 1)),
+        F('endpoint_type', 'int8', (1, 1), default=1),
+        F('cluster_id', 'string', (0, 1), default=''),
+        F('controller_id', 'int32', (0, 1), default=-1),
+        F('brokers', 'struct', (0, 1), array=True, default=(), fields=(
+            F('broker_id', 'int32', (0, 1), default=0),
+            F('host', 'string', (0, 1), default=''),
+            F('port', 'int32', (0, 1), default=0),
+            F('rack', 'string', (0, 1), nullable=(0, 1)),
         )),
-        F('cluster_authorized_operations', 'int32', (0, 0), default=-2147483648),
+        F('cluster_authorized_operations', 'int32', (0, 1), default=-2147483648),
     )),
 }

@@ -45,7 +45,7 @@ SCHEMA_PY = Path(__file__).with_name("schema.py")
 
 SERVED: Mapping[str, Versions] = {
     "ApiVersions": (0, 4),
-    "Metadata": (0, 8),
+    "Metadata": (0, 9),
     "Produce": (0, 8),
     "Fetch": (4, 11),
     "ListOffsets": (1, 5),
@@ -74,7 +74,8 @@ SERVED: Mapping[str, Versions] = {
     "OffsetDelete": (0, 0),
     "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0),
-    "DescribeCluster": (0, 0),
+    "DescribeCluster": (0, 1),
+    "ElectLeaders": (0, 2),
     "AddPartitionsToTxn": (0, 1),
     "AddOffsetsToTxn": (0, 1),
     "EndTxn": (0, 1),

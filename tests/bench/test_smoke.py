@@ -21,6 +21,7 @@ import pytest
 
 from bench import run as runner
 from bench.common import Figure, bench_main, check_goal, etcd_missing, with_goal
+from bench.kafka_clients import librdkafka_reason
 from bench.loadgen import by_port
 from tests.bench.figures import check_figure_line
 
@@ -32,7 +33,8 @@ ON_THE_SHARED_SESSION = ("smoke-run on the suite's Spark session instead of its 
 
 SKIPS: dict[str, Any] = {"spark_source": lambda: ON_THE_SHARED_SESSION,
                          "cluster_failover": etcd_missing,
-                         "cluster_throughput": etcd_missing}
+                         "cluster_throughput": etcd_missing,
+                         "kafka_clients": librdkafka_reason}
 
 
 def _smoke_params() -> list[Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from groupwire.broker.kafka.apis.admin import ADMIN_TRANSLATORS
 from groupwire.broker.kafka.apis.configs import CONFIG_TRANSLATORS
+from groupwire.broker.kafka.apis.elections import ELECTION_TRANSLATORS
 from groupwire.broker.kafka.apis.groups import GROUP_TRANSLATORS
 from groupwire.broker.kafka.apis.records import RECORD_TRANSLATORS
 from groupwire.broker.kafka.apis.sasl import SASL_TRANSLATORS
@@ -14,6 +15,7 @@ TRANSLATORS: dict[int, Translator] = {
     **GROUP_TRANSLATORS,
     **ADMIN_TRANSLATORS,
     **CONFIG_TRANSLATORS,
+    **ELECTION_TRANSLATORS,
     **SASL_TRANSLATORS,
 }
 """Kafka api key -> its translator; ApiVersions advertises exactly these keys."""

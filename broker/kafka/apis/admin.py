@@ -23,6 +23,8 @@ are already Kafka's; the translators own where the two protocols differ:
 - Kafka's ACL codes groupwire has no bindings for (resource types TRANSACTIONAL_ID,
   DELEGATION_TOKEN, USER; operations IDEMPOTENT_WRITE and later) match nothing when
   described or deleted, and creating them is refused with a message saying so.
+- DescribeUserScramCredentials with an empty list of users describes every user, as
+  Kafka does (null does too).
 - DescribeCluster is a Metadata for no topic; InitProducerId is answered by the door
   from ``KafkaContext.new_producer_id`` (idempotent producers only: a transactional id
   is answered COORDINATOR_NOT_AVAILABLE until transactions exist).
@@ -674,9 +676,11 @@ def _delete_acls_response(ctx: KafkaContext, body: Body, response: Response) -> 
 
 
 def _describe_scram_request(ctx: KafkaContext, body: Body) -> Step:
+    # Kafka describes every user for null and for an empty list alike (librdkafka sends
+    # the empty list); the msgpack door's empty list names nobody
     users = body.get("users")
     return Dispatch(DescribeUserScramCredentialsRequest(
-        users=None if users is None else [UserName(name=u["name"]) for u in users]))
+        users=[UserName(name=u["name"]) for u in users] if users else None))
 
 
 def _describe_scram_response(ctx: KafkaContext, body: Body, response: Response) -> Body:

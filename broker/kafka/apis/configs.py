@@ -129,13 +129,23 @@ class BrokerConfigs:
     member's metadata image); everything else is the settings, which never change
     while the broker runs, so the lists are built once."""
 
-    def __init__(self, settings: BrokerSettings, topic_exists: Callable[[str], bool]) -> None:
+    def __init__(self, settings: BrokerSettings, topic_exists: Callable[[str], bool], *,
+                 listeners: Sequence[str] = (), advertised: Sequence[str] = ()) -> None:
+        """``listeners`` / ``advertised``: every listener as ``NAME://HOST:PORT``, bound
+        and as Metadata names it (Kafka's ``listeners`` and ``advertised.listeners``)."""
         self._topic_exists = topic_exists
         self.node_id = settings.node_id if settings.clustered else 0
         """A single broker is node 0 whatever ``--node-id`` says (docs/protocol.md §4)."""
         self._topic = _topic_configs(settings, offsets=False)
         self._offsets = _topic_configs(settings, offsets=True)
-        self._broker = _broker_configs(settings, self.node_id)
+        self._broker = sorted([
+            *_broker_configs(settings, self.node_id),
+            _from(settings, "listeners", ",".join(listeners), ConfigType.LIST,
+                  "where the broker listens, its Kafka-only listeners as KAFKA_<PROTOCOL>",
+                  "listeners", "kafka_listeners"),
+            _from(settings, "advertised.listeners", ",".join(advertised), ConfigType.LIST,
+                  "each listener's address as Metadata names it", "advertised_listeners",
+                  "kafka_advertised_listeners")], key=lambda e: e.name)
 
     def describe(self, resource: int, name: str) -> Sequence[ConfigEntry] | None:
         if resource == ConfigResource.TOPIC:

@@ -2,8 +2,10 @@
 
 The exchange itself is the msgpack door's (``broker.connection``: mechanisms, the gate
 before authentication, failures that close the connection); only the frames differ.
-SaslHandshake v0 is served as v1 is: a client falls back to v0's raw tokens only against
-a broker without SaslAuthenticate, and this one always advertises it.
+After a SaslHandshake v0 the client sends bare SASL tokens rather than SaslAuthenticate
+requests (kafka-python does when its ``api_version`` is set below 1.0): those frames have
+no Kafka header, so the connection takes them itself (``KafkaConnection._raw_token``),
+and this module sees only the handshake.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from groupwire.broker.cluster.keys import PartitionState, encode_partition, partition_key
-from groupwire.broker.cluster.txn import Compare, Put, Txn
+from groupwire.broker.cluster.txn import Compare, Put, Txn, TxnResult
 from groupwire.client.admin import Admin
 from groupwire.client.types import TopicPartition
 from groupwire.protocol.errors import ErrorCode
@@ -133,6 +133,41 @@ async def test_a_leader_moved_off_its_preferred_replica_is_moved_back(
     for n in NODES:
         assert (await _metadata_leaders(cluster, n))[1] == (replicas[0],
                                                             moved.leader_epoch + 1)
+
+
+async def test_an_election_is_answered_once_its_write_is_seen_even_if_the_watch_was_first(
+        cluster: LocalCluster) -> None:
+    """etcd may deliver a write to the watch before the txn's own answer (on a real etcd,
+    often): the controller answers once its image shows the new leader, not when the
+    request's ``timeout_ms`` runs out."""
+    controller = controller_of(cluster)
+    node = cluster.brokers[controller].cluster
+    assert node is not None and node.controller is not None
+    runtime = node.controller
+    store = runtime.store
+
+    class WatchFirst:
+        """The store, its txn answered only once the watch brought the write in."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        async def txn(self, txn: Txn) -> TxnResult:
+            result = await store.txn(txn)
+            if result.succeeded:
+                await cluster.until(lambda: node.image.revision >= result.revision)
+            return result
+
+    before = _state(cluster, 1)
+    replicas = image_of(cluster, controller).topics["t"].replicas[1]
+    await _write_state(cluster, 1, PartitionState(replicas[1], before.leader_epoch + 1,
+                                                  before.isr, before.partition_epoch + 1,
+                                                  before.isr_storage))
+    runtime.store = WatchFirst()  # type: ignore[assignment]
+    # timeout_ms far past the harness's BOUND_S: an answer at the timeout fails the send
+    elected = await _elect(cluster, controller, [1], timeout_ms=600_000)
+    assert _codes(elected) == {("t", 1): ErrorCode.NONE}
+    assert _state(cluster, 1).leader == replicas[0]
 
 
 async def test_a_dead_preferred_replica_is_not_available(cluster: LocalCluster) -> None:

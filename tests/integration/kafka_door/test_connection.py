@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from groupwire import Producer
 from groupwire.broker.server import Broker
 from groupwire.client.admin import Admin
 from groupwire.protocol.kafka.codec import SERVED, decode_response, encode_request, with_size
@@ -159,3 +160,26 @@ async def test_a_kafka_listener_serves_kafka_alone_and_metadata_names_it(
     metadata = await plain.call(METADATA, 8, {"topics": None})
     assert [(b["host"], b["port"]) for b in metadata["brokers"]] == [("127.0.0.1", broker.port)]
     plain.writer.close()
+
+
+async def test_metadata_behind_a_waiting_fetch_is_read_when_its_answer_can_go(
+        raw: Callable[[], Awaitable[RawKafka]], broker: Broker) -> None:
+    """Kafka reads a connection's requests one at a time; the door reads a Metadata only
+    once the answers before it have gone, so it never names a stale cluster."""
+    bootstrap = f"127.0.0.1:{broker.port}"
+    async with Admin(bootstrap, request_timeout_ms=5000) as admin:
+        await admin.create_topics("waited-on", 1)
+        client = await raw()
+        fetch_cid = client.send(FETCH, 11, {
+            "replica_id": -1, "max_wait_ms": 30_000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "topics": [{"topic": "waited-on", "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        metadata_cid = client.send(METADATA, 8, {"topics": None})
+        await admin.create_topics("created-meanwhile", 1)
+    async with Producer(bootstrap) as producer:  # wakes the fetch
+        await producer.send_and_wait("waited-on", b"wake")
+    cid, fetched = await client.receive(FETCH, 11)
+    assert cid == fetch_cid and fetched["responses"][0]["partitions"][0]["records"]
+    cid, metadata = await client.receive(METADATA, 8)
+    assert cid == metadata_cid
+    assert "created-meanwhile" in {t["name"] for t in metadata["topics"]}

@@ -4,6 +4,8 @@ way an exchange can fail looking the same from outside."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 from collections.abc import Callable
 
 import pytest
@@ -136,6 +138,50 @@ def test_scram_altered_proof_fails(mechanism: str) -> None:
     raw[5] ^= 0x01
     altered = f"{head},p={base64.b64encode(bytes(raw)).decode()}"
     assert_failed(s.authenticate(altered.encode()), mechanism)
+
+
+def _signed_final(mechanism: str, password: str, client_first_bare: str, server_first: str,
+                  nonce: str) -> tuple[str, bytes]:
+    """A client-final with ``r=nonce`` and a proof over the message as written (what
+    librdkafka signs), and the server signature the client then expects."""
+    hf = hashlib.sha256 if mechanism == "SCRAM-SHA-256" else hashlib.sha512
+    fields = dict(a.split("=", 1) for a in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(hf().name, password.encode(), base64.b64decode(fields["s"]),
+                                 int(fields["i"]))
+    client_key = hmac.digest(salted, b"Client Key", hf)
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.digest(hf(client_key).digest(), auth, hf)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.digest(salted, b"Server Key", hf)
+    return (f"{without_proof},p={base64.b64encode(proof).decode()}",
+            hmac.digest(server_key, auth, hf))
+
+
+@pytest.mark.parametrize("mechanism", SCRAMS)
+def test_scram_client_nonce_twice_as_librdkafka_sends_it(mechanism: str) -> None:
+    """librdkafka before 2.6.1 writes r= as its nonce, then the server-first's whole
+    nonce: that form is taken, with the proof checked over it."""
+    s = server(mechanism, nonce=lambda: "SERVERNONCE")
+    first = s.authenticate(b"n,,n=alice,r=CLIENT")
+    server_first = first.reply.decode()
+    assert server_first.startswith("r=CLIENTSERVERNONCE,")
+    final, expected = _signed_final(mechanism, "secret", "n=alice,r=CLIENT", server_first,
+                                    "CLIENTCLIENTSERVERNONCE")
+    step = s.authenticate(final.encode())
+    assert step.principal == "User:alice" and step.error is None
+    assert step.reply == b"v=" + base64.b64encode(expected)
+
+
+@pytest.mark.parametrize("nonce", ["CLIENT", "CLIENTSERVERNONCECLIENT", "XCLIENTSERVERNONCE",
+                                   "CLIENTCLIENTOTHERNONCE", "SERVERNONCE",
+                                   "CLIENTCLIENTCLIENTSERVERNONCE"])
+def test_scram_any_other_client_final_nonce_fails(nonce: str) -> None:
+    s = server("SCRAM-SHA-256", nonce=lambda: "SERVERNONCE")
+    server_first = s.authenticate(b"n,,n=alice,r=CLIENT").reply.decode()
+    final, _ = _signed_final("SCRAM-SHA-256", "secret", "n=alice,r=CLIENT", server_first,
+                             nonce)
+    assert_failed(s.authenticate(final.encode()), "SCRAM-SHA-256")
 
 
 def test_scram_rfc7677_exchange_byte_for_byte() -> None:

@@ -55,7 +55,7 @@ def compact(s: str) -> bytes:
 # --- the served table ---------------------------------------------------------------------
 
 BRIEF_TABLE = {
-    "ApiVersions": (0, 4), "Metadata": (0, 8), "Produce": (0, 8), "Fetch": (4, 11),
+    "ApiVersions": (0, 4), "Metadata": (0, 9), "Produce": (0, 8), "Fetch": (4, 11),
     "ListOffsets": (1, 5), "OffsetCommit": (2, 7), "OffsetFetch": (1, 5),
     "FindCoordinator": (0, 2), "JoinGroup": (0, 5), "Heartbeat": (0, 3), "SyncGroup": (0, 3),
     "LeaveGroup": (0, 3), "DescribeGroups": (0, 4), "ListGroups": (0, 2),
@@ -64,7 +64,7 @@ BRIEF_TABLE = {
     "DescribeConfigs": (1, 3), "AlterConfigs": (0, 1), "InitProducerId": (0, 1),
     "OffsetForLeaderEpoch": (2, 3), "SaslHandshake": (0, 1), "SaslAuthenticate": (0, 1),
     "OffsetDelete": (0, 0), "DescribeUserScramCredentials": (0, 0),
-    "AlterUserScramCredentials": (0, 0), "DescribeCluster": (0, 0),
+    "AlterUserScramCredentials": (0, 0), "DescribeCluster": (0, 1), "ElectLeaders": (0, 2),
     "AddPartitionsToTxn": (0, 1), "AddOffsetsToTxn": (0, 1), "EndTxn": (0, 1),
     "TxnOffsetCommit": (0, 2),
 }
@@ -117,7 +117,9 @@ def test_request_header_v2_has_a_plain_client_id_then_tagged_fields() -> None:
     # tagged fields in the header are skipped, whatever they hold
     with_tags = payload[:13] + b"\x02\x00\x03abc\x07\x01z" + payload[14:]
     assert decode_request(with_tags).header == RequestHeader(60, 0, 5, "cli")
-    assert decode_request(with_tags).body == {"include_cluster_authorized_operations": False}
+    # (a field v0 does not carry holds its default: endpoint_type is v1's)
+    assert decode_request(with_tags).body == {"include_cluster_authorized_operations": False,
+                                              "endpoint_type": 1}
 
 
 def test_null_client_id() -> None:
