@@ -370,9 +370,11 @@ def step_figures(prefix: str, kills: list[Kill], settings: dict[str, Any]) -> li
     out = []
     for n in names:
         values = [v for k in kills if (v := k.steps.get(n)) is not None]
-        out.append(Figure(f"{prefix}: {n}", "s", values, settings,
-                          note="seconds from the SIGKILL, from the brokers' log timestamps"
-                          if "(" in n else None))
+        note = ("seconds from the SIGKILL, from the brokers' log timestamps" if "(" in n
+                else None)
+        if not values:  # e.g. a partition whose records did not come back within the wait
+            note = f"not seen in any of the {len(kills)} kills within the wait"
+        out.append(Figure(f"{prefix}: {n}", "s", values, settings, note=note))
     return out
 
 

@@ -14,7 +14,8 @@ import msgpack
 from groupwire.broker.storage.segment import LOG_SUFFIX
 from groupwire.broker.storage.topic_store import LOGS_DIR
 from groupwire.cli.chaos.verdict import StoredBatch
-from groupwire.protocol.batches import CorruptBatchError, decode_records, iter_batch_spans
+from groupwire.protocol.batches import CorruptBatchError
+from groupwire.protocol.stored_batches import decode_any_records, iter_any_batch_spans
 
 
 def read_partition(data_dir: Path, topic: str, partition: int) -> list[StoredBatch] | None:
@@ -26,7 +27,7 @@ def read_partition(data_dir: Path, topic: str, partition: int) -> list[StoredBat
     for segment in sorted(directory.glob("*" + LOG_SUFFIX)):
         buf = segment.read_bytes()
         try:
-            for header, start, end in iter_batch_spans(buf):
+            for header, start, end in iter_any_batch_spans(buf):  # Kafka's batches too
                 out.append(StoredBatch(header.base_offset, header.last_offset,
                                        header.leader_epoch, buf[start:end]))
         except CorruptBatchError:
@@ -45,7 +46,7 @@ def values(batches: list[StoredBatch]) -> dict[int, bytes | None]:
     """offset -> record value of one replica."""
     out: dict[int, bytes | None] = {}
     for b in batches:
-        for r in decode_records(b.data):
+        for r in decode_any_records(b.data):
             out[r.offset] = r.value
     return out
 
@@ -55,7 +56,7 @@ def rebalance_times(batches: list[StoredBatch], group: str) -> list[tuple[float,
     of ``__group_events``."""
     out: list[tuple[float, str]] = []
     for b in batches:
-        for r in decode_records(b.data):
+        for r in decode_any_records(b.data):
             if r.value is None:
                 continue
             event = msgpack.unpackb(r.value, raw=False)

@@ -53,12 +53,13 @@ class Api:
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
+    OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 23, 29, 30, 31,
-                36, 37, 42, 43, 50, 51)
+                36, 37, 42, 43, 47, 50, 51)
 
 
 class Err:
@@ -85,6 +86,7 @@ class Err:
     INVALID_REQUEST = 42
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     MEMBER_ID_REQUIRED = 79
@@ -371,6 +373,10 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
     Api.ELECT_LEADERS: {
         "replica_election_results": [{"topic": "str", "partition_result": [
             {"partition_id": "int", "error_code": "int"}]}],
+    },
+    Api.OFFSET_DELETE: {
+        "topics": [{"name": "str", "partitions": [
+            {"partition_index": "int", "error_code": "int"}]}],
     },
 }
 
