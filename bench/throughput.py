@@ -1,7 +1,10 @@
 """Benchmark 4: throughput against Redis Streams, both measured in the same run on the same machine.
 
-100-byte records: produced in batches (groupwire's Producer; XADD pipelined through
-redis-py with hiredis), then consumed and committed by one consumer in this process and by
+100-byte records: produced in batches (groupwire's Producer, ``create_batch()`` filled to
+its ``max_batch_bytes`` and ``send_batch()``, partitions in turn, as bulk producing is
+written; XADD pipelined through redis-py with hiredis), and once more with one
+``Producer.send()`` a record (figure "groupwire produce send()"), then consumed and
+committed by one consumer in this process and by
 four consumers in separate processes (groupwire's Consumer with a commit after every poll;
 XREADGROUP COUNT 500 + XACK). Each phase runs to ``--records`` or ``--seconds``, whichever
 comes first. The ratios (groupwire ÷ Redis) are taken per round, so a noisy machine moves
@@ -55,7 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # --- groupwire ------------------------------------------------------------------------------
 
 
-async def gw_produce(address: str, topic: str, records: int, limit_s: float) -> Phase:
+async def gw_produce(address: str, topic: str, records: int, limit_s: float, *,
+                     batches: bool = False) -> Phase:
+    """``records`` records on PARTITIONS partitions, timed until ``flush()`` returned:
+    with ``batches``, ``create_batch()`` filled until ``append`` says it is full, then
+    ``send_batch()``, a partition after the other; else one ``send()`` a record,
+    partitions in turn."""
     from groupwire.client import Admin, Producer
 
     async with Admin(address) as admin:
@@ -64,11 +72,26 @@ async def gw_produce(address: str, topic: str, records: int, limit_s: float) -> 
         await producer.partitions_for(topic)
         t0 = time.monotonic()
         sent = 0
-        while sent < records:
-            await producer.send(topic, VALUE, partition=sent % PARTITIONS)
-            sent += 1
-            if not sent % 1000 and time.monotonic() - t0 > limit_s:
-                break
+        if batches:
+            partition = 0
+            batch = producer.create_batch()
+            while sent < records:
+                if batch.append(value=VALUE) is not None:
+                    sent += 1
+                    continue
+                await producer.send_batch(batch, topic, partition=partition)
+                partition = (partition + 1) % PARTITIONS
+                batch = producer.create_batch()
+                if time.monotonic() - t0 > limit_s:
+                    break
+            if batch.record_count():
+                await producer.send_batch(batch, topic, partition=partition)
+        else:
+            while sent < records:
+                await producer.send(topic, VALUE, partition=sent % PARTITIONS)
+                sent += 1
+                if not sent % 1000 and time.monotonic() - t0 > limit_s:
+                    break
         await producer.flush()
         return Phase(sent, time.monotonic() - t0)
 
@@ -198,8 +221,11 @@ async def one_round(broker: BrokerProc, redis_url: str | None, tag: str, records
     async def timed(key: str, job: Callable[[], Awaitable[Phase]]) -> None:
         out[key] = await job()
 
-    await timed("gw produce", lambda: gw_produce(broker.address, topic, records, limit_s))
+    await timed("gw produce", lambda: gw_produce(broker.address, topic, records, limit_s,
+                                                 batches=True))
     produced = out["gw produce"].records
+    await timed("gw produce send()", lambda: gw_produce(
+        broker.address, f"{topic}-send", records, limit_s))
     stream = f"gwbench:{tag}"
     if redis_url:
         with contextlib.suppress(Exception):
@@ -232,29 +258,40 @@ async def one_round(broker: BrokerProc, redis_url: str | None, tag: str, records
     return out
 
 
-PHASES = ("produce", "consume x1", "consume x4")
+PHASES = ("produce", "produce send()", "consume x1", "consume x4")
 GOAL_RATIO = ">= 1"
+PATHS = {"gw produce": "Producer.create_batch() + send_batch(), full 1 MiB batches",
+         "gw produce send()": "one Producer.send() a record"}
+"""Which SDK path each groupwire produce figure measures (said in its note)."""
+GOALS = {"produce send()": None}
+"""Phases whose ratio has no goal (or another one than GOAL_RATIO): the per-record send
+is shown beside the batch API, which is how bulk producing is written."""
 
 
 def figures(results: list[dict[str, Phase]], settings: dict[str, Any],
             skipped: str | None) -> list[Figure]:
     figs: list[Figure] = []
     for phase in PHASES:
+        redis_phase = "produce" if phase == "produce send()" else phase
         for system in ("gw", "redis"):
-            key = f"{system} {phase}"
-            if skipped and system == "redis":
+            if system == "redis" and (skipped or redis_phase != phase):
                 continue
+            key = f"{system} {phase}"
             label = "groupwire" if system == "gw" else "redis streams"
             rates = [r[key].rate for r in results]
+            notes = [PATHS[key]] if key in PATHS else []
+            if skipped:
+                notes.append(f"Redis Streams skipped: {skipped}")
             figs.append(Figure(f"{label} {phase}", "records/s", rates, settings,
-                               note=f"Redis Streams skipped: {skipped}" if skipped else None))
+                               note="; ".join(notes) or None))
             figs.append(Figure(f"{label} {phase} MB/s", "MB/s",
                                [x * RECORD_BYTES / 1e6 for x in rates], settings))
         if not skipped:
-            ratios = [r[f"gw {phase}"].rate / r[f"redis {phase}"].rate
-                      for r in results if r[f"redis {phase}"].rate > 0]
-            figs.append(with_goal(Figure(f"{phase} groupwire / redis", "ratio", ratios,
-                                         settings), GOAL_RATIO))
+            ratios = [r[f"gw {phase}"].rate / r[f"redis {redis_phase}"].rate
+                      for r in results if r[f"redis {redis_phase}"].rate > 0]
+            fig = Figure(f"{phase} groupwire / redis", "ratio", ratios, settings)
+            goal = GOALS.get(phase, GOAL_RATIO)
+            figs.append(with_goal(fig, goal) if goal else fig)
     return figs
 
 
@@ -268,6 +305,9 @@ def run(args: argparse.Namespace) -> list[Figure]:
         print(f"bench throughput: Redis Streams side skipped: {skipped}", file=sys.stderr)
     settings = {"records": records, "seconds_limit": limit_s, "record_bytes": RECORD_BYTES,
                 "partitions": PARTITIONS, "consumers": [1, MULTI], "poll_records": POLL_RECORDS,
+                "groupwire_produce": "create_batch() filled to max_batch_bytes (1 MiB) and "
+                                     "send_batch(), partitions in turn; 'produce send()': "
+                                     "one send() a record, partitions in turn",
                 "redis_pipeline": REDIS_BATCH, "commit": "after every poll"}
 
     async def main() -> list[dict[str, Phase]]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from groupwire.client.admin import Admin
+    from groupwire.client.batch import BatchBuilder, BatchRecordMetadata
     from groupwire.client.consumer import Consumer
     from groupwire.client.errors import (
         AuthenticationFailedError,
@@ -59,6 +60,8 @@ _EXPORTS = {
     ], "groupwire.client.errors"),
     "RebalanceListener": "groupwire.client.listener",
     "Producer": "groupwire.client.producer",
+    "BatchBuilder": "groupwire.client.batch",
+    "BatchRecordMetadata": "groupwire.client.batch",
     "SecurityConfig": "groupwire.client.security",
     "create_ssl_context": "groupwire.client.security",
     **dict.fromkeys(["OffsetAndMetadata", "Record", "RecordMetadata", "TopicPartition"],
@@ -70,6 +73,8 @@ __all__ = [
     "Admin",
     "AuthenticationFailedError",
     "BackgroundTaskError",
+    "BatchBuilder",
+    "BatchRecordMetadata",
     "BrokerResponseError",
     "ClientClosedError",
     "ClusterAuthorizationFailedError",

@@ -4,6 +4,8 @@ Pure bookkeeping — no asyncio, no I/O, no clock: every rule that depends on ti
 ``now`` (seconds, any monotonic origin) as an argument, so the linger, size, retry and
 sticky-partitioner rules are tested without a broker. Each record carries an opaque
 ``handle`` (the producer's future) that the accumulator keeps in order and never reads.
+A record is packed into its batch's :class:`~groupwire.protocol.batches.BatchWriter` as
+it is appended: nothing is kept per record but its handle and timestamp.
 
 Rules:
 
@@ -11,6 +13,8 @@ Rules:
   closed and the next record opens a new one;
 * unkeyed records stick to one partition per batch (Kafka's sticky partitioner): closing
   that batch moves them to the next partition, round robin;
+* a batch built whole (:meth:`Accumulator.append_batch`, the producer's ``send_batch``)
+  is queued closed, behind its partition's batches, whose open one it closes;
 * a partition's head batch may go when it is closed, another batch waits behind it, the
   producer flushes or closes, or it has lingered ``linger`` seconds; a batch put back
   after a retriable error waits until its ``retry_at``;
@@ -20,26 +24,38 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from groupwire.client.types import TopicPartition
-from groupwire.protocol.batches import BatchRecord
+from groupwire.protocol.batches import BatchWriter
 
-__all__ = ["RECORD_OVERHEAD", "Accumulator", "Batch", "record_size"]
+__all__ = ["CLOSED", "OPENED", "RECORD_OVERHEAD", "Accumulator", "Batch", "headers_size",
+           "record_size"]
 
 H = TypeVar("H")
 
 RECORD_OVERHEAD = 24
 """Bytes a record costs in a batch besides key, value and headers (a generous estimate)."""
 
+Headers = Sequence[tuple[str, bytes | None]]
 
-def record_size(key: bytes | None, value: bytes | None,
-                headers: list[tuple[str, bytes | None]]) -> int:
+OPENED = 1
+""":meth:`Accumulator.append` opened a batch: the sender learns when it may go."""
+CLOSED = 2
+""":meth:`Accumulator.append` closed a batch: it may go now."""
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """The bytes ``max_batch_bytes`` and ``max_buffer_bytes`` count for one record."""
     size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    return size + sum(len(h) + (len(v) if v else 0) + 4 for h, v in headers)
+    return size + headers_size(headers) if headers else size
+
+
+def headers_size(headers: Headers) -> int:
+    """What ``headers`` add to :func:`record_size`."""
+    return sum(len(h) + (len(v) if v else 0) + 4 for h, v in headers)
 
 
 @dataclass(slots=True, eq=False)
@@ -48,8 +64,13 @@ class Batch(Generic[H]):
 
     tp: TopicPartition
     created: float
-    records: list[BatchRecord] = field(default_factory=list)
+    writer: BatchWriter = field(default_factory=BatchWriter)
     handles: list[H] = field(default_factory=list)
+    """One per record appended alone, in order (none in a batch appended whole)."""
+    timestamps: list[int] = field(default_factory=list)
+    """The timestamp of each record in ``handles``."""
+    whole: H | None = None
+    """The handle of a batch appended whole."""
     size: int = 0
     closed: bool = False
     attempts: int = 0
@@ -59,6 +80,10 @@ class Batch(Generic[H]):
     done: bool = False
     settled: object | None = None  # the sender's "this batch is done" signal, for flush
 
+    @property
+    def record_count(self) -> int:
+        return len(self.writer)
+
 
 class Accumulator(Generic[H]):
     def __init__(self, *, max_batch_bytes: int, max_buffer_bytes: int, linger: float) -> None:
@@ -67,6 +92,9 @@ class Accumulator(Generic[H]):
         self.linger = linger
         self.partition_counts: dict[str, int] = {}   # known topics (the producer's metadata)
         self._queues: dict[TopicPartition, deque[Batch[H]]] = {}
+        # each partition's last batch while it takes records; looked up by a plain
+        # (topic, partition) tuple, which hashes and compares as a TopicPartition does
+        self._open: dict[tuple[str, int], Batch[H]] = {}
         self._sticky: dict[str, int] = {}
         self._round_robin: dict[str, int] = {}
         self.buffered = 0
@@ -85,56 +113,81 @@ class Accumulator(Generic[H]):
             p = self._advance_sticky(topic, count)
         return p
 
-    def append(self, tp: TopicPartition, record: BatchRecord, size: int, handle: H, *,
-               sticky: bool, now: float) -> tuple[TopicPartition, bool]:
-        """Queue one record; returns the partition it went to (a sticky record may move
-        on) and whether the sender should look again (a batch was opened or closed)."""
-        changed = False
-        batch = self._open_batch(tp, size, now)
-        if batch is None and sticky:
-            # The sticky partition's batch is full: close it and stick to the next one
-            # (Kafka's sticky partitioner does the same instead of starting a new batch).
-            self._close(self._queues[tp][-1])
-            tp = TopicPartition(tp.topic, self.sticky_partition(
-                tp.topic, self.partition_counts.get(tp.topic, 1)))
-            changed = True
-            batch = self._open_batch(tp, size, now)
-        if batch is None:
-            queue = self._queues[tp]
-            if queue and not queue[-1].closed:
-                self._close(queue[-1])
-            batch = Batch(tp=tp, created=now)
-            queue.append(batch)
-            changed = True
-        elif not batch.records:
-            changed = True  # a batch just opened
-        batch.records.append(record)
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+               headers: Headers, timestamp_ms: int, size: int, handle: H, *,
+               sticky: bool, now: float) -> int:
+        """Queue one record (``size`` bytes, from :func:`record_size`) on ``partition``,
+        or on the next one when it is ``sticky`` and its batch is full; returns
+        :data:`CLOSED` when a batch was closed (it may go now), else :data:`OPENED` when
+        one was opened, else 0: the sender should look again when it is not 0.
+
+        Raises as :meth:`BatchWriter.append` does, with nothing queued."""
+        batch = self._open.get((topic, partition))
+        if batch is None or batch.size + size > self.max_batch_bytes:
+            return self._append_new(topic, partition, key, value, headers, timestamp_ms,
+                                    size, handle, sticky, now)
+        batch.writer.append(key, value, timestamp_ms, headers)
         batch.handles.append(handle)
+        batch.timestamps.append(timestamp_ms)
         batch.size += size
         self.buffered += size
         if batch.size >= self.max_batch_bytes:
             self._close(batch)
-            changed = True
-        return tp, changed
+            return CLOSED
+        return 0
 
-    def _open_batch(self, tp: TopicPartition, size: int, now: float) -> Batch[H] | None:
-        """The partition's open batch if ``size`` more bytes fit (an empty queue: a new
-        batch, None when the last batch is closed or full)."""
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = deque()
-        if not queue:
-            batch: Batch[H] = Batch(tp=tp, created=now)
-            queue.append(batch)
-            return batch
-        batch = queue[-1]
-        if batch.closed or (batch.records and batch.size + size > self.max_batch_bytes):
-            return None
-        return batch
+    def _append_new(self, topic: str, partition: int, key: bytes | None,
+                    value: bytes | None, headers: Headers, timestamp_ms: int, size: int,
+                    handle: H, sticky: bool, now: float) -> int:
+        """:meth:`append` when the partition has no open batch or its batch is full."""
+        full = self._open.get((topic, partition))
+        batch = None
+        changed = OPENED
+        if full is not None:
+            changed = CLOSED
+            self._close(full)
+            if sticky:
+                # Kafka's sticky partitioner moves on rather than starting a new batch
+                partition = self.sticky_partition(topic, self.partition_counts.get(topic, 1))
+                batch = self._open.get((topic, partition))
+                if batch is not None and batch.size + size > self.max_batch_bytes:
+                    self._close(batch)
+                    batch = None
+        if batch is not None:   # the next sticky partition's batch has room
+            batch.writer.append(key, value, timestamp_ms, headers)
+        else:
+            batch = Batch(tp=TopicPartition(topic, partition), created=now)
+            batch.writer.append(key, value, timestamp_ms, headers)  # raises: nothing queued
+            self._queues.setdefault(batch.tp, deque()).append(batch)
+            self._open[batch.tp] = batch
+        batch.handles.append(handle)
+        batch.timestamps.append(timestamp_ms)
+        batch.size += size
+        self.buffered += size
+        if batch.size >= self.max_batch_bytes:
+            self._close(batch)
+            changed = CLOSED
+        return changed
+
+    def append_batch(self, tp: TopicPartition, writer: BatchWriter, size: int, handle: H,
+                     *, now: float) -> None:
+        """Queue a batch built whole, closed, behind ``tp``'s batches (whose open one is
+        closed, so records keep the order they were given in)."""
+        if not len(writer):
+            raise ValueError("a batch holds at least one record")
+        tp = TopicPartition(*tp)
+        if (last := self._open.get(tp)) is not None:
+            self._close(last)
+        batch: Batch[H] = Batch(tp=tp, created=now, writer=writer, whole=handle, size=size,
+                                closed=True)
+        self._queues.setdefault(tp, deque()).append(batch)
+        self.buffered += size
 
     def _close(self, batch: Batch[H]) -> None:
         """No more records go into ``batch``; unkeyed records move to the next partition."""
         batch.closed = True
+        if self._open.get(batch.tp) is batch:
+            del self._open[batch.tp]
         if self._sticky.get(batch.tp.topic) == batch.tp.partition:
             self._advance_sticky(batch.tp.topic, self.partition_counts.get(batch.tp.topic, 1))
 
@@ -209,4 +262,5 @@ class Accumulator(Generic[H]):
         out = [b for q in self._queues.values() for b in q]
         for queue in self._queues.values():
             queue.clear()
+        self._open.clear()
         return out

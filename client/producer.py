@@ -2,12 +2,14 @@
 
 ``send`` only appends to a per-partition batch of the
 :class:`~groupwire.client.accumulator.Accumulator` (which decides batching, lingering and
-the sticky partition) and returns a future; one sender task drains every ready batch into
-one Produce per partition leader (sent concurrently), resolves the futures from the
-answers, and puts batches that met a retriable error back at the head of their
-partition's queue; an answer saying the leader moved also marks the metadata stale, so
-the retry goes to the new leader. A partition has one request in flight at a time, so
-retries never reorder its records.
+the sticky partition, and packs the record into the batch's bytes there and then) and
+returns a future; ``send_batch`` queues a batch the application filled itself (a
+:class:`~groupwire.client.batch.BatchBuilder`) with one future for all of it. One sender
+task drains every ready batch into one Produce per partition leader (sent concurrently),
+resolves the futures from the answers, and puts batches that met a retriable error back
+at the head of their partition's queue; an answer saying the leader moved also marks the
+metadata stale, so the retry goes to the new leader. A partition has one request in
+flight at a time, so retries never reorder its records.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from collections.abc import Callable, Sequence
+from time import time_ns as _time_ns
 from typing import Any, Final
 
-from groupwire.client.accumulator import Accumulator, Batch, record_size
+from groupwire.client.accumulator import CLOSED, RECORD_OVERHEAD, Accumulator, Batch, headers_size
+from groupwire.client.batch import BatchBuilder, as_bytes, check_headers
 from groupwire.client.cluster import (
     API_VERSION_REQUEST_TIMEOUT_MS,
     STALE_METADATA_ERRORS,
@@ -41,9 +44,8 @@ from groupwire.client.errors import (
 from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
 from groupwire.client.supervisor import cancel_and_wait
 from groupwire.client.types import RecordMetadata, TopicPartition, choose_bootstrap
-from groupwire.protocol.batches import BatchRecord, encode_batch
 from groupwire.protocol.errors import ErrorCode
-from groupwire.protocol.hashing import partition_for_key
+from groupwire.protocol.hashing import murmur2
 from groupwire.protocol.messages import (
     PartitionProduceData,
     ProduceRequest,
@@ -60,6 +62,15 @@ DELIVERY_TIMEOUT_MS: Final = 120000
 
 UNKNOWN_TOPIC_ATTEMPTS: Final = 3
 """Metadata requests answered UNKNOWN_TOPIC_OR_PARTITION before ``send`` gives up."""
+
+KEY_HASH_CACHE: Final = 4096
+"""Keys whose hash a producer remembers (the set starts over when full)."""
+KEY_HASH_MAX_BYTES: Final = 256
+"""Longer keys are hashed every time: the cache stays under ~1.5 MB."""
+
+YIELD_EVERY: Final = 1024
+"""``send`` yields to the event loop once in this many calls, and after one that filled a
+batch, so the sender task sends and reads answers while an application sends in a loop."""
 
 _Batch = Batch["asyncio.Future[RecordMetadata]"]
 
@@ -144,7 +155,10 @@ class Producer:
             max_batch_bytes=max_batch_bytes, max_buffer_bytes=max_buffer_bytes,
             linger=linger_ms / 1000)
         self._partitions = self._acc.partition_counts
-        self._partitions_at: dict[str, float] = {}  # loop time of each topic's metadata
+        self._fresh_until: dict[str, float] = {}  # loop time each topic's count ages at
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._key_hashes: dict[bytes, int] = {}  # recent keys' murmur2, sign bit cleared
+        self._unyielded = 0  # sends since one yielded to the loop
         self._in_flight: list[_Batch] = []
         self._space: asyncio.Event | None = None
         self._wakeup: asyncio.Event | None = None
@@ -163,6 +177,7 @@ class Producer:
         if self._started:
             return
         await self._cluster.connection()
+        self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -209,43 +224,71 @@ class Producer:
         """Queue one record; the returned future resolves to where it landed.
 
         Waits only for the topic's metadata (raises if the topic stays unknown for the
-        request timeout) and for buffer space when ``max_buffer_bytes`` are queued.
+        request timeout) and for buffer space when ``max_buffer_bytes`` are queued; once
+        in a thousand calls, and after one that filled a batch, it lets the event loop run
+        once, so that a loop of sends does not hold back the batches it fills. For many
+        records at once, :meth:`create_batch` and :meth:`send_batch` cost several times
+        less per record (one future per batch).
         """
         if self._closing or self._closed or not self._started:
             self._check_usable()
+        unyielded = self._unyielded + 1
+        if unyielded >= YIELD_EVERY:
+            # a loop of sends that never waits would hold the loop until max_buffer_bytes
+            # are queued: the sender could neither send full batches nor read answers
+            unyielded = 0
+            await asyncio.sleep(0)
+            self._check_usable()
+        self._unyielded = unyielded
         kb = self._key_serializer(key) if self._key_serializer else key
         vb = self._value_serializer(value) if self._value_serializer else value
         if kb is not None and type(kb) is not bytes:
-            kb = _as_bytes("key", kb)
+            kb = as_bytes("key", kb)
         if vb is not None and type(vb) is not bytes:
-            vb = _as_bytes("value", vb)
-        count = self._fresh_count(topic)
-        if count is None:
+            vb = as_bytes("value", vb)
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        until = self._fresh_until.get(topic)
+        if until is not None and now < until:
+            count = self._partitions[topic]
+        else:
             count = await self._partition_count(topic)
-        sticky = partition is None and kb is None
+            now = loop.time()
+        sticky = False
         if partition is None:
-            partition = (partition_for_key(kb, count) if kb is not None
-                         else self._acc.sticky_partition(topic, count))
+            if kb is not None:
+                hashed = self._key_hashes.get(kb)
+                partition = (hashed if hashed is not None else self._hash_key(kb)) % count
+            else:
+                partition = self._acc.sticky_partition(topic, count)
+                sticky = True
         elif not 0 <= partition < count:
             count = await self._partition_count(topic, refresh=True)
             if not 0 <= partition < count:
                 raise UnknownTopicOrPartitionError(
                     f"{topic!r} has {count} partitions, no partition {partition}")
+            now = loop.time()
+        # accumulator.record_size, inline: this is the per-record path
+        size = RECORD_OVERHEAD + (len(kb) if kb else 0) + (len(vb) if vb else 0)
         if headers:
-            hdrs = list(headers)
-            for h, hv in hdrs:
-                if not isinstance(h, str) or not (hv is None or isinstance(hv, bytes)):
-                    raise TypeError("headers must be (str, bytes | None) pairs")
+            hdrs = check_headers(headers)
+            size += headers_size(hdrs)
         else:
-            hdrs = []
-        size = record_size(kb, vb, hdrs)
-        if self._space is not None and not self._space.is_set():
+            hdrs = ()
+        acc = self._acc
+        if acc.buffered >= acc.max_buffer_bytes:
             await self._wait_for_space()
             self._check_usable()
-        ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self._append(TopicPartition(topic, partition), BatchRecord(vb, kb, hdrs, ts), size,
-                     future, sticky=sticky)
+            now = loop.time()
+        ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+        changed = acc.append(topic, partition, kb, vb, hdrs, ts, size, future, sticky=sticky,
+                             now=now)
+        if changed:
+            self._wake()
+            if changed == CLOSED:
+                self._unyielded = YIELD_EVERY  # the next send lets the sender take it
         return future
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None,
@@ -279,6 +322,53 @@ class Producer:
         finally:
             self._flushing -= 1
 
+    def create_batch(self) -> BatchBuilder:
+        """An empty :class:`BatchBuilder` for :meth:`send_batch` (aiokafka's
+        ``create_batch``): up to ``max_batch_bytes`` of records, with this producer's
+        serializers. Nothing is queued until the batch is sent."""
+        return BatchBuilder(self.max_batch_bytes, key_serializer=self._key_serializer,
+                            value_serializer=self._value_serializer)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *,
+                         partition: int) -> asyncio.Future[RecordMetadata]:
+        """Queue a filled :class:`BatchBuilder` whole on ``partition`` (aiokafka's
+        ``send_batch``); the future resolves to the RecordMetadata of its first record
+        (the batch's base offset and timestamp): record ``i`` (its ``append`` metadata's
+        ``offset``) lands at that offset + ``i``.
+
+        The batch goes after the records already queued for the partition, in one
+        Produce, retried and failed as a whole as ``send``'s records are (an error is
+        set on the future). It closes the batch; sending it again, or an empty batch, is
+        a ValueError. Waits, as ``send`` does, for the topic's metadata and for buffer
+        space.
+        """
+        if self._closing or self._closed or not self._started:
+            self._check_usable()
+        await asyncio.sleep(0)  # the sender takes the batches before (see send)
+        self._check_usable()
+        if not isinstance(batch, BatchBuilder):
+            raise TypeError(f"send_batch takes a create_batch() batch, got "
+                            f"{type(batch).__name__}")
+        if not batch.record_count():
+            raise ValueError("the batch is empty: nothing to send")
+        count = await self._partition_count(topic)
+        if not 0 <= partition < count:
+            count = await self._partition_count(topic, refresh=True)
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartitionError(
+                    f"{topic!r} has {count} partitions, no partition {partition}")
+        acc = self._acc
+        if acc.buffered >= acc.max_buffer_bytes:
+            await self._wait_for_space()
+            self._check_usable()
+        writer = batch._take()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[RecordMetadata] = loop.create_future()
+        acc.append_batch(TopicPartition(topic, partition), writer, batch.size(), future,
+                         now=loop.time())
+        self._wake()
+        return future
+
     @property
     def cluster(self) -> Cluster:
         """The connection shell this producer sends through (connecting, retries,
@@ -298,12 +388,10 @@ class Producer:
             raise IllegalStateError("start() the producer before sending")
 
     def _fresh_count(self, topic: str) -> int | None:
-        """The cached partition count while younger than metadata_max_age_ms: the common
-        case of ``send`` answered without a coroutine."""
-        count = self._partitions.get(topic)
-        if count is not None and (asyncio.get_running_loop().time() - self._partitions_at[topic]
-                                  < self.metadata_max_age_ms / 1000):
-            return count
+        """The cached partition count while younger than metadata_max_age_ms."""
+        until = self._fresh_until.get(topic)
+        if until is not None and asyncio.get_running_loop().time() < until:
+            return self._partitions[topic]
         return None
 
     async def _partition_count(self, topic: str, *, refresh: bool = False) -> int:
@@ -318,7 +406,7 @@ class Producer:
             count = md.partitions_for(topic)
             if count:
                 self._partitions[topic] = count
-                self._partitions_at[topic] = loop.time()
+                self._fresh_until[topic] = loop.time() + self.metadata_max_age_ms / 1000
                 return count
             code = md.errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             unknown = code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -334,18 +422,24 @@ class Producer:
             attempt += 1
             await asyncio.sleep(delay)
 
-    def _append(self, tp: TopicPartition, record: BatchRecord, size: int,
-                future: asyncio.Future[RecordMetadata], *, sticky: bool) -> None:
-        _, changed = self._acc.append(tp, record, size, future, sticky=sticky,
-                                      now=asyncio.get_running_loop().time())
-        if changed:
-            self._wake()
-        if self._acc.full and self._space is not None:
-            self._space.clear()
+    def _hash_key(self, key: bytes) -> int:
+        """Kafka's default partitioner's hash of ``key`` (``partition_for_key`` before the
+        modulus), remembered for the next :data:`KEY_HASH_CACHE` short keys: murmur2 in
+        Python costs a microsecond or more a key, and keys tend to repeat."""
+        hashed = murmur2(key) & 0x7FFFFFFF
+        if len(key) <= KEY_HASH_MAX_BYTES:
+            if len(self._key_hashes) >= KEY_HASH_CACHE:
+                self._key_hashes.clear()
+            self._key_hashes[key] = hashed
+        return hashed
 
     async def _wait_for_space(self) -> None:
+        """Until less than ``max_buffer_bytes`` are queued (a completed batch frees its
+        bytes and sets ``_space``)."""
         space = self._space
-        while space is not None and not space.is_set():
+        acc = self._acc
+        while space is not None and acc.buffered >= acc.max_buffer_bytes:
+            space.clear()
             await space.wait()
             self._check_usable()
 
@@ -417,8 +511,7 @@ class Producer:
         by_topic: dict[str, list[PartitionProduceData]] = {}
         for batch in batches:
             by_topic.setdefault(batch.tp.topic, []).append(
-                PartitionProduceData(index=batch.tp.partition,
-                                     records=encode_batch(batch.records)))
+                PartitionProduceData(index=batch.tp.partition, records=batch.writer.build()))
         request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
                                  topic_data=[TopicProduceData(name=t, partition_data=parts)
                                              for t, parts in by_topic.items()])
@@ -452,6 +545,7 @@ class Producer:
                             topic=batch.tp.topic)
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partitions.pop(batch.tp.topic, None)
+                self._fresh_until.pop(batch.tp.topic, None)
             if code in STALE_METADATA_ERRORS:
                 self._cluster.mark_stale()
             self._retry_or_fail(batch, err, retriable=err.retriable)
@@ -477,14 +571,22 @@ class Producer:
         if self._space is not None and not self._acc.full:
             self._space.set()
         topic, partition = batch.tp
-        for i, (record, future) in enumerate(zip(batch.records, batch.handles, strict=True)):
-            if future.done():
-                continue
-            if exc is not None:
-                future.set_exception(exc)
-            else:
-                future.set_result(RecordMetadata(topic, partition, base + i,
-                                                 record.timestamp_ms))
+        whole = batch.whole
+        if exc is not None:
+            if whole is not None and not whole.done():
+                whole.set_exception(exc)
+            for future in batch.handles:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        if whole is not None and not whole.done():
+            whole.set_result(RecordMetadata(topic, partition, base,
+                                            batch.writer.base_timestamp_ms))
+        offset = base
+        for future, ts in zip(batch.handles, batch.timestamps, strict=True):
+            if not future.done():
+                future.set_result(RecordMetadata(topic, partition, offset, ts))
+            offset += 1
 
     def _fail_all(self, exc: BaseException) -> None:
         for batch in self._acc.pop_all():
@@ -500,13 +602,6 @@ def _retriable(exc: BaseException) -> bool:
     """A metadata read that failed: retried unless the broker's answer says it is final."""
     return exc.retriable if isinstance(exc, BrokerResponseError) else isinstance(
         exc, ConnectionError | RequestTimedOutError)
-
-
-def _as_bytes(name: str, v: object) -> bytes:
-    if isinstance(v, bytearray | memoryview):
-        return bytes(v)
-    raise TypeError(f"{name} must be bytes or None (or pass a {name}_serializer),"
-                    f" got {type(v).__name__}")
 
 
 __all__ = ["Producer"]

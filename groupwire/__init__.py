@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         TopicDescription,
         TopicSpec,
     )
+    from groupwire.client.batch import BatchBuilder, BatchRecordMetadata
     from groupwire.client.consumer import Consumer
     from groupwire.client.listener import RebalanceListener
     from groupwire.client.producer import Producer
@@ -59,6 +60,8 @@ _EXPORTS = {
                      "ScramMechanism"], "groupwire.client.acls"),
     "Consumer": "groupwire.client.consumer",
     "Producer": "groupwire.client.producer",
+    "BatchBuilder": "groupwire.client.batch",
+    "BatchRecordMetadata": "groupwire.client.batch",
     "SecurityConfig": "groupwire.client.security",
     "create_ssl_context": "groupwire.client.security",
     "RebalanceListener": "groupwire.client.listener",
@@ -75,6 +78,8 @@ __all__ = [
     "AclOperation",
     "AclPermission",
     "Admin",
+    "BatchBuilder",
+    "BatchRecordMetadata",
     "BrokerDescription",
     "ClusterDescription",
     "Consumer",

@@ -64,6 +64,8 @@ _BODY_AT: Final = (HEADER_SIZE_V0 - 1, HEADER_SIZE_V1 - 1)
 the CRC itself is the 4 bytes before it."""
 _MIN_INT32: Final = -(1 << 31)
 _MAX_INT32: Final = (1 << 31) - 1
+_MIN_INT64: Final = -(1 << 63)
+_MAX_INT64: Final = (1 << 63) - 1
 _MAX_UINT64: Final = (1 << 64) - 1
 
 RECORD_CHUNK: Final = 4096
@@ -87,6 +89,9 @@ byte (one-byte values), so this bounds a step to ~1 ms whatever the rows hold.""
 
 WALK_ROWS: Final = 256
 """Rows a walk (a chunk that does not unpack, checked row by row) checks in one step."""
+
+WRITER_BUFFER: Final = 4096
+"""The first buffer of a :class:`BatchWriter` (it doubles as records come)."""
 
 ENCODE_ROWS: Final = 2048
 """Rows :func:`encode_kv_batch_steps` packs in one step (~0.7 ms of offset records)."""
@@ -254,6 +259,117 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
     at = _CRC_HEAD_AT[version]
     crc = zlib.crc32(body, zlib.crc32(head[at:at + 14]))
     return b"".join((head, _U32.pack(crc), body))
+
+
+class BatchWriter:
+    """One batch built a record at a time: :func:`encode_batch`'s bytes for the same
+    records, without a :class:`BatchRecord` kept per record.
+
+    A producer appends records as they are sent and sends the batch much later; each
+    record is packed when appended (into one growing buffer), so a record costs one
+    msgpack call and leaves no object behind, and :meth:`build` only adds the header and
+    the CRC. Appending checks everything packing needs (bin or nil key and value,
+    ``(str, bin|nil)`` headers, an int timestamp whose delta msgpack can hold), so a
+    record that does not fit raises before anything is written and the records before it
+    stay as they were.
+    """
+
+    __slots__ = ("_base_ts", "_built", "_count", "_pack", "_packer", "_pieces", "version")
+
+    def __init__(self, *, version: int = CURRENT_BATCH_VERSION) -> None:
+        if version not in (BATCH_V0, BATCH_V1):
+            raise LocalProtocolError(f"unknown batch layout version {version}")
+        self.version = version
+        # msgpack's default first buffer is 256 KiB: a producer holds a writer per partition
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False,
+                                      buf_size=WRITER_BUFFER)
+        self._pack = self._packer.pack
+        self._pieces: list[bytes] = []   # packed rows before the packer's, in order
+        self._count = 0
+        self._base_ts = 0
+        self._built: bytes | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def base_timestamp_ms(self) -> int:
+        """The first record's timestamp (-1 before any)."""
+        return self._base_ts if self._count else -1
+
+    def append(self, key: bytes | None, value: bytes | None, timestamp_ms: int,
+               headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
+        """Pack one record after the others; raises TypeError or ValueError (nothing
+        written) for a record that is not one, LocalProtocolError once built."""
+        if (type(timestamp_ms) is not int or not (key is None or type(key) is bytes)
+                or not (value is None or type(value) is bytes) or self._built is not None):
+            self._refuse(key, value, timestamp_ms)
+        count = self._count
+        if count:
+            delta = timestamp_ms - self._base_ts
+            if not -0x8000000000000000 <= delta <= 0xFFFFFFFFFFFFFFFF:  # msgpack's ints
+                raise ValueError(f"timestamp_ms {timestamp_ms} is too far from the batch's "
+                                 f"first, {self._base_ts}")
+        else:
+            if not _MIN_INT64 <= timestamp_ms <= _MAX_INT64:
+                raise ValueError(f"timestamp_ms out of range: {timestamp_ms}")
+            self._base_ts = timestamp_ms
+            delta = 0
+        if headers:
+            row = _packed_row(count, delta, key, value, headers)
+            packer = self._packer
+            if count:   # rows packed so far go first
+                self._pieces.append(packer.bytes())
+                packer.reset()
+            self._pieces.append(row)
+        else:
+            # a msgpack Packer that fails empties its buffer: only what cannot fail goes in
+            self._pack((count, delta, key, value, ()))
+        self._count = count + 1
+
+    def _refuse(self, key: object, value: object, timestamp_ms: object) -> NoReturn:
+        if self._built is not None:
+            raise LocalProtocolError("the batch was built: it takes no more records")
+        if type(timestamp_ms) is not int:
+            raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+        raise TypeError("a record's key and value must be bytes or None")
+
+    def build(self) -> bytes:
+        """The batch as a producer sends it (base offset 0, leader epoch -1); built once,
+        after which the writer takes no more records."""
+        if self._built is not None:
+            return self._built
+        count = self._count
+        if not count:
+            raise LocalProtocolError("a batch holds at least one record")
+        version = self.version
+        head = _head(version, 0, NO_PARTITION_LEADER_EPOCH, self._base_ts, count)
+        lead = b"\x00" + msgpack.Packer().pack_array_header(count)
+        pieces = [lead, *self._pieces, self._packer.bytes()]
+        at = _CRC_HEAD_AT[version]
+        crc = zlib.crc32(head[at:at + 14])
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        self._built = b"".join((head, _U32.pack(crc), *pieces))
+        self._pieces = []
+        del self._pack, self._packer   # its buffer: as big as the batch, and no longer needed
+        return self._built
+
+
+def _packed_row(index: int, delta: int, key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """One record with headers, packed alone: its header names may not encode (a lone
+    surrogate), and a failed pack must not touch the batch's buffer."""
+    pairs = list(headers)
+    for pair in pairs:
+        if (not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[0], str)
+                or not (pair[1] is None or isinstance(pair[1], bytes))):
+            raise TypeError("headers must be (str, bytes | None) pairs")
+    try:
+        packed: bytes = msgpack.packb([index, delta, key, value, pairs], use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"cannot encode the record's headers: {exc}") from exc
+    return packed
 
 
 def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]],

@@ -25,6 +25,7 @@ import inspect
 import os
 import re
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,7 +100,7 @@ def config_markdown() -> str:
 
 SDK_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Consumer", ("Consumer",)),
-    ("Producer", ("Producer",)),
+    ("Producer", ("Producer", "BatchBuilder", "BatchRecordMetadata")),
     ("Admin", ("Admin",)),
     ("What Admin takes and returns", (
         "TopicSpec", "TopicDescription", "PartitionDescription", "ClusterDescription",
@@ -147,6 +148,8 @@ def _prose(doc: str | None, owner: str = "") -> str:
 
 
 def _annotation(value: Any) -> str:
+    if isinstance(value, typing.ForwardRef):  # a NamedTuple's fields, under __future__
+        return value.__forward_arg__
     return value if isinstance(value, str) else inspect.formatannotation(value)
 
 

@@ -39,6 +39,45 @@ def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
     assert murmur2(data) == expected
 
 
+def _murmur2_by_the_book(data: bytes) -> int:
+    """Kafka's Utils.murmur2 step by step (a block at a time, masked after every
+    operation), to check the one that reads the blocks at once."""
+    mask, m = 0xFFFFFFFF, 0x5BD1E995
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    rest, tail = length % 4, length - length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@given(st.binary(max_size=1100))
+def test_murmur2_matches_the_step_by_step_form(data: bytes) -> None:
+    assert murmur2(data) == _murmur2_by_the_book(data)
+
+
+@pytest.mark.parametrize("length", [3, 4, 255, 256, 257, 259, 260, 1027])
+def test_murmur2_either_side_of_the_cached_block_readers(length: int) -> None:
+    """Keys past 256 bytes take another block reader than shorter ones."""
+    data = bytes((i * 37 + 11) % 256 for i in range(length))
+    assert murmur2(data) == _murmur2_by_the_book(data)
+
+
 def test_partition_for_key_masks_the_sign_bit_then_takes_the_modulus() -> None:
     # murmur2(b"foobar") = -790332482; & 0x7fffffff = 1357151166.
     assert partition_for_key(b"foobar", 10) == 6
