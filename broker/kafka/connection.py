@@ -24,7 +24,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from groupwire.broker.connection import MAX_UNAUTHENTICATED_FRAME, ClientConnection
 from groupwire.broker.kafka.translate import Answer, Body, Dispatch, Silent, Step, kafka_code
@@ -398,12 +398,3 @@ class KafkaConnection(ClientConnection):
         self._in_flight.pop(number, None)
         if self._order and self._order[0] == number and not self._closed:
             self._flush()
-
-    def answer_now(self, number: int, body: dict[str, Any]) -> None:
-        """Answer a request with a Kafka body the door built (not through a translator)."""
-        self._answer_body(number, body)
-
-    def memory_held(self) -> int:
-        """Bytes of answers encoded and waiting for an earlier one (tests, metrics)."""
-        return sum(len(p.answer) for p in self._pending.values() if p.answer is not None)
-

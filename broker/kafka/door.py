@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from groupwire.broker.security.listeners import Listener
 
 API_VERSIONS: Final = 18
-SASL_HANDSHAKE: Final = 17
-SASL_AUTHENTICATE: Final = 36
 DOOR_APIS: Final = frozenset({API_VERSIONS})
 """Answered by the connection itself, not through a translator."""
 

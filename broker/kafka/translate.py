@@ -9,7 +9,8 @@ version asked. Translators are pure functions of their arguments: the connection
 (``broker.kafka.connection``) does the I/O.
 
 Where the two protocols differ in shape, the translator owns the difference: Kafka places
-errors per partition where groupwire answers one top-level code (``spread``), codes of
+errors per partition where groupwire answers one top-level code (spread over every entry
+the request named, by each API's translator), codes of
 groupwire's own (1000+) never reach a Kafka client (``kafka_code``), and a version's
 missing fields take Kafka's defaults.
 """

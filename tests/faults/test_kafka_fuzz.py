@@ -17,6 +17,7 @@ from groupwire.protocol.kafka.records import encode_batch
 from tests.integration.rawgroup import RawMember, create_topic, round_robin
 
 from .conftest import StartBroker
+from .test_fuzz import _heartbeat_until
 
 CONNECTIONS = 20
 ROUNDS = 6
@@ -103,12 +104,6 @@ async def _hostile_connection(port: int, rng: random.Random) -> None:
         pass
     finally:
         writer.close()
-
-
-async def _heartbeat_until(member: RawMember, stop: asyncio.Event, codes: list[int]) -> None:
-    while not stop.is_set():
-        codes.append((await member.heartbeat()).error_code)
-        await asyncio.sleep(0.02)
 
 
 async def test_fuzzed_kafka_connections_leave_the_group_and_the_door_alone(
