@@ -98,6 +98,7 @@ class BrokerSettings:
     kafka_on_listeners: bool = True
     kafka_listeners: str = ""
     kafka_advertised_listeners: str = ""
+    kafka_heartbeat_hold_ms: int = 2500
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_cafile: str = ""
@@ -362,6 +363,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("kafka_advertised_listeners",
            "NAME://HOST:PORT per --kafka-listeners entry as Metadata names it to Kafka "
            "clients connected there; port 0: the bound one"),
+    Option("kafka_heartbeat_hold_ms",
+           "longest a Kafka client's Heartbeat answer is held so that a rebalance is told "
+           "at once rather than at its next heartbeat; any other request on its "
+           "connection releases it (docs/protocol.md §13.5); 0: answered at once, as "
+           "Kafka answers", _at_least(0)),
     Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
     Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
     Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "

@@ -479,6 +479,7 @@ class Broker:
         else:
             door.new_producer_id = ids.next_id
         door.access = self._access
+        door.heartbeat_hold_ms = settings.kafka_heartbeat_hold_ms
         if not settings.clustered:
             advertised = self._advertised  # filled in by _listen, before any connection
             door.addresses = lambda name: (

@@ -21,6 +21,7 @@ every earlier answer has gone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from groupwire.protocol.kafka.codec import (
 )
 from groupwire.protocol.limits import SCAN_ABOVE_BYTES
 from groupwire.protocol.messages import (
+    HeartbeatRequest,
     Request,
     Response,
     SaslAuthenticateRequest,
@@ -62,6 +64,7 @@ log = get_logger("groupwire.kafka")
 PRODUCE: Final = 0
 PRODUCE_KEY: Final = b"\x00\x00"
 """A payload's first two bytes when it is a Produce (its int16 api key)."""
+HEARTBEAT: Final = 12
 API_VERSIONS: Final = 18
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
@@ -122,6 +125,9 @@ class KafkaConnection(ClientConnection):
         token and every answer one too (``_raw_token``)."""
         self._sasl_refused = False
         """A SASL refusal was answered and the close is due: nothing more is taken."""
+        self._held: tuple[int, HeartbeatRequest] | None = None
+        """The Heartbeat the coordinator may be holding (``--kafka-heartbeat-hold-ms``),
+        by number, until any later request releases it (``_release_heartbeat``)."""
 
     # --- requests -------------------------------------------------------------------------
 
@@ -158,6 +164,8 @@ class KafkaConnection(ClientConnection):
             name = API_NAMES.get(header.api_key, str(header.api_key))
             self.abort("unauthenticated", f"{name} before SASL authentication")
             return
+        if self._held is not None:
+            self._release_heartbeat()
         number = self._next_number
         self._next_number += 1
         if header.api_key == API_VERSIONS:
@@ -207,7 +215,29 @@ class KafkaConnection(ClientConnection):
             # a Metadata queued behind a slow acks=all Produce names yesterday's leaders
             pending.deferred = request
             return
+        if isinstance(request, HeartbeatRequest) and request.wait_ms > 0:
+            self._held = (number, request)
         self.broker.dispatch(self, number, pending.header.client_id or "", request)
+
+    def _release_heartbeat(self) -> None:
+        """A request arrived behind a Heartbeat the coordinator may be holding: its answer
+        must not wait for the hold (answers leave in order, and a commit or a fetch on
+        this connection would wait with it). The coordinator answers a held heartbeat
+        when the member's next one arrives (docs/protocol.md §7.3), so one more is sent,
+        unheld, and its own answer dropped: the held one is answered now, as it stands
+        (NONE, or the rebalance that started meanwhile)."""
+        assert self._held is not None
+        (number, request), self._held = self._held, None
+        pending = self._pending.get(number)
+        if pending is None or pending.answer is not None:
+            return  # answered already
+        release = self._next_number
+        self._next_number += 1
+        # not in the answer order nor in flight: nobody waits for it, no metric counts it
+        self._pending[release] = _Pending(pending.header, pending.body, pending.translator,
+                                          pending.ctx, silent=True)
+        self.broker.dispatch(self, release, pending.header.client_id or "",
+                             dataclasses.replace(request, wait_ms=0))
 
     def _raw_token(self, payload: Payload) -> None:
         """A SASL token after SaslHandshake v0: the frame is the token itself, with no
@@ -288,6 +318,8 @@ class KafkaConnection(ClientConnection):
         if pending is None or self._closed:
             self._forget(number)
             return
+        if self._held is not None and self._held[0] == number:
+            self._held = None
         if pending.raw:
             self._raw_answer(number, response)
             return

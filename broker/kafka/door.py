@@ -45,6 +45,8 @@ class KafkaDoor:
         """Set at start on a single broker: its own address on each listener, by name
         (a translator that must know the brokers, such as a CreateTopics naming replicas,
         asks; in a cluster the broker's own answers name them)."""
+        self.heartbeat_hold_ms = 0
+        """Set at start: ``--kafka-heartbeat-hold-ms``."""
         self.access: AccessControl | None = None
         """Set at start with ``--authorizer acl``: what the door answers itself is
         checked with it."""
@@ -59,7 +61,8 @@ class KafkaDoor:
             principal=conn.principal,
             addresses={} if self.addresses is None else self.addresses(conn.listener.name),
             allowed=None if self.access is None else self.access.allowed_for(conn),
-            configs=self.configs, new_producer_id=self.new_producer_id)
+            configs=self.configs, new_producer_id=self.new_producer_id,
+            heartbeat_hold_ms=self.heartbeat_hold_ms)
 
     def api_versions(self, version: int) -> Body:
         """The ApiVersions answer at a served version (an unserved one gets the codec's

@@ -17,9 +17,10 @@ the Kafka response's shape for the version asked. Where the two differ:
   NOT_COORDINATOR...) with one top-level code; a Kafka response that has room for errors
   only per group, member or partition gets it on every entry the request named.
 - Codes of groupwire's own become Kafka's (``kafka_code``), and what only groupwire has
-  never reaches a Kafka client: a Kafka heartbeat carries no poll age and never waits
-  (``poll_age_ms`` -1, ``wait_ms`` 0), DescribeGroups tells no rebalance history,
-  generation, leader or heartbeat times. What groupwire does not keep is answered with
+  never reaches a Kafka client: a Kafka heartbeat carries no poll age (``poll_age_ms``
+  -1); its ``wait_ms`` is the broker's ``--kafka-heartbeat-hold-ms`` (the connection
+  releases a held one when another request follows); DescribeGroups tells no rebalance
+  history, generation, leader or heartbeat times. What groupwire does not keep is answered with
   Kafka's "unknown": leader epochs (-1), authorized operations (not given).
 - Consumer protocol bytes travel as the clients sent them: JoinGroup metadata,
   SyncGroup assignments and DescribeGroups members are never converted.
@@ -202,7 +203,7 @@ def _heartbeat_request(ctx: KafkaContext, body: Body) -> Step:
     return Dispatch(HeartbeatRequest(
         group_id=body["group_id"], generation_id=body["generation_id"],
         member_id=body["member_id"], group_instance_id=_instance(ctx, body, 3),
-        poll_age_ms=-1, wait_ms=0))
+        poll_age_ms=-1, wait_ms=ctx.heartbeat_hold_ms))
 
 
 def _heartbeat_response(ctx: KafkaContext, body: Body, response: Response) -> Body:

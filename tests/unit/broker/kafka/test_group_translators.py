@@ -382,12 +382,15 @@ def test_a_returning_static_leader_below_v9_is_told_to_follow() -> None:
 # --- Heartbeat (12), SyncGroup (14) --------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", [0, 3])
-def test_heartbeat_has_no_poll_age_and_never_waits(version: int) -> None:
+@pytest.mark.parametrize(("version", "hold_ms"), [(0, 0), (3, 0), (0, 2500), (3, 2500)])
+def test_heartbeat_has_no_poll_age_and_waits_as_the_door_says(version: int,
+                                                               hold_ms: int) -> None:
     ex = exchange(12, version)
+    ex.ctx = dataclasses.replace(ex.ctx, heartbeat_hold_ms=hold_ms)
     assert ex.request() == m.HeartbeatRequest(
         group_id="g", generation_id=4, member_id="m-1",
-        group_instance_id="host-1" if version >= 3 else None, poll_age_ms=-1, wait_ms=0)
+        group_instance_id="host-1" if version >= 3 else None, poll_age_ms=-1,
+        wait_ms=hold_ms)
     answer = ex.answer(m.HeartbeatResponse(error_code=E.REBALANCE_IN_PROGRESS))
     assert answer == {"error_code": 27} | ({"throttle_time_ms": 0} if version else {})
 
