@@ -15,7 +15,10 @@ ratios are taken within a round.
   batch API as bulk producing is written (``create_batch()`` filled until full, then
   ``send_batch()``, partitions in turn; the throughput benchmark's code, which also
   measures one ``send()`` a record); Redis: XADD pipelined 1,000 a round trip (the
-  throughput benchmark's code).
+  throughput benchmark's code). librdkafka's produce runs a second time against a
+  groupwire broker started with ``--kafka-produce-validation strict``, which walks the
+  records of every batch as Kafka does, where the default walks only uncompressed
+  ones: the ratio is what that check costs.
 - consume: one consumer in a fresh group reads the N records of the acks=1 topic from
   the beginning, timed from its assignment callback to the N-th record. librdkafka with
   its defaults (auto commit every 5 s), ``consume(10000)`` a call; then again with
@@ -113,6 +116,10 @@ GOAL_RATIO = ">= 1"
 GOAL_FAILOVER_S = "<= 1.5"
 
 GW, TANSU, SDK, REDIS = "groupwire kafka door", "tansu", "groupwire sdk", "redis streams"
+GW_STRICT = f"{GW} strict"
+"""groupwire started with ``--kafka-produce-validation strict`` (every batch's records
+walked, as Kafka checks them), for its produce phases: what the default's shortcut for
+compressed batches is worth."""
 TUNED = " fetch.queue.backoff.ms=10"
 """librdkafka waits this (1 s by default) before fetching a partition again once it holds
 queued.min.messages (100,000) of it: the default consume is paced by the client."""
@@ -694,7 +701,7 @@ class Results:
 def one_round(res: Results, i: int, systems: set[str], phases: set[str],
               gw: BrokerProc | None, tansu: TansuProc | None, redis_url: str | None,
               records: int, limit_s: float, profile_dir: Path | None,
-              smoke: bool = False) -> None:
+              smoke: bool = False, gw_strict: BrokerProc | None = None) -> None:
     """Each phase on each system in turn; ``smoke`` leaves out the consumes that only
     wait (tansu forms a group in ~23 s) or repeat a code path (the tuned consume)."""
     tag = f"{time.time_ns()}-{i}"
@@ -703,6 +710,8 @@ def one_round(res: Results, i: int, systems: set[str], phases: set[str],
         kafka.append((GW, gw.address, gw.pid))
     if tansu is not None:
         kafka.append((TANSU, tansu.address, tansu.pid))
+    if gw_strict is not None and "produce" in phases:
+        kafka.append((GW_STRICT, gw_strict.address, gw_strict.pid))
     topics: dict[str, list[str]] = {label: [] for label, _, _ in kafka}
 
     gw_address, gw_pid = (gw.address, gw.pid) if gw is not None else ("", 0)
@@ -746,7 +755,8 @@ def one_round(res: Results, i: int, systems: set[str], phases: set[str],
             for label, bootstrap, pid in kafka:
                 read = [t for t in topics[label] if t.startswith("kc-1-")]
                 name = f"{label} consume{suffix}"
-                if not read or rates.get(f"{label} produce acks=1") is None:
+                if (not read or rates.get(f"{label} produce acks=1") is None
+                        or label == GW_STRICT):
                     continue
                 topic = read[0]
                 if smoke and (suffix or label == TANSU):
@@ -771,7 +781,9 @@ def one_round(res: Results, i: int, systems: set[str], phases: set[str],
             (f"{GW} consume", f"{TANSU} consume", "consume groupwire / tansu"),
             (f"{GW} consume{TUNED}", f"{TANSU} consume{TUNED}",
              f"consume{TUNED} groupwire / tansu"),
-            (f"{SDK} produce", f"{REDIS} produce", "sdk produce / redis streams produce")):
+            (f"{SDK} produce", f"{REDIS} produce", "sdk produce / redis streams produce"),
+            (f"{GW} produce acks=1", f"{GW_STRICT} produce acks=1",
+             "produce acks=1 groupwire relaxed / strict validation")):
         a, b = rates.get(num), rates.get(den)
         if a is not None and b:
             res.add(ratio, a / b)
@@ -808,6 +820,9 @@ FIGURES: list[tuple[str, str, str | None]] = [
     (f"{GW} produce acks=all", "records/s", GOAL_PRODUCE),
     (f"{TANSU} produce acks=all", "records/s", None),
     ("produce acks=all groupwire / tansu", "ratio", GOAL_RATIO),
+    (f"{GW_STRICT} produce acks=1", "records/s", None),
+    (f"{GW_STRICT} produce acks=all", "records/s", None),
+    ("produce acks=1 groupwire relaxed / strict validation", "ratio", None),
     (f"{SDK} produce", "records/s", None),
     (f"{REDIS} produce", "records/s", None),
     ("sdk produce / redis streams produce", "ratio", GOAL_RATIO),
@@ -824,6 +839,7 @@ FIGURES: list[tuple[str, str, str | None]] = [
 ]
 _MEASURED = [f"{who} {what}" for what in ("produce acks=1", "produce acks=all", "consume",
                                           f"consume{TUNED}") for who in (GW, TANSU)]
+_MEASURED += [f"{GW_STRICT} produce acks=1", f"{GW_STRICT} produce acks=all"]
 _MEASURED += [f"{SDK} produce", f"{SDK} consume"]
 FIGURES += [(f"{name} {side} cpu", "µs/record", None)
             for name in _MEASURED for side in ("broker", "client")]
@@ -900,6 +916,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             skipped[f"{TANSU} consume"] = ("not run with --smoke: tansu takes ~23 s to "
                                            "form a group")
         skipped[f"consume{TUNED}"] = "not run with --smoke: the consume path once more"
+        skipped[GW_STRICT] = "not run with --smoke: the produce path once more"
     settings = {
         "records": records, "record_bytes": RECORD_BYTES, "partitions": PARTITIONS,
         "librdkafka": _librdkafka_version(), "librdkafka_producer": "lz4, defaults otherwise",
@@ -915,13 +932,16 @@ def run(args: argparse.Namespace) -> list[Figure]:
     res = Results()
     with contextlib.ExitStack() as stack:
         gw = stack.enter_context(BrokerProc()) if systems & {"gw", "sdk"} else None
+        gw_strict = (stack.enter_context(BrokerProc(
+            extra=("--kafka-produce-validation", "strict")))
+            if "gw" in systems and "produce" in phases and not args.smoke else None)
         tansu = (stack.enter_context(TansuProc())
                  if "tansu" in systems and TANSU not in skipped else None)
         redis_url = args.redis if "redis" in systems and REDIS not in skipped else None
         for i in range(warmup + rounds):
             scratch = Results() if i < warmup else res
             one_round(scratch, i, systems, phases, gw, tansu, redis_url, records, limit_s,
-                      args.py_spy, smoke=args.smoke)
+                      args.py_spy, smoke=args.smoke, gw_strict=gw_strict)
         if "failover" in phases:
             kafka = []
             if gw is not None and "gw" in systems:

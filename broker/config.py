@@ -25,6 +25,7 @@ from groupwire.broker.security.listeners import (
 )
 from groupwire.broker.storage import FsyncPolicy, StorageConfig
 from groupwire.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from groupwire.protocol.kafka.records import RELAXED, VALIDATIONS
 from groupwire.protocol.limits import MAX_ARRAY_ITEMS
 from groupwire.protocol.security import SASL_MECHANISMS
 
@@ -99,6 +100,7 @@ class BrokerSettings:
     kafka_listeners: str = ""
     kafka_advertised_listeners: str = ""
     kafka_heartbeat_hold_ms: int = 2500
+    kafka_produce_validation: str = RELAXED
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_cafile: str = ""
@@ -368,6 +370,13 @@ OPTIONS: tuple[Option, ...] = (
            "at once rather than at its next heartbeat; any other request on its "
            "connection releases it (docs/protocol.md §13.5); 0: answered at once, as "
            "Kafka answers", _at_least(0)),
+    Option("kafka_produce_validation",
+           "which produced Kafka batches have their records walked before they are "
+           "stored (decompressed, their lengths adding up to the batch's count, as "
+           "Kafka checks every batch): strict, every batch; relaxed, uncompressed "
+           "batches only, compressed ones passing on their header and CRC-32C (as "
+           "Redpanda's default); crc, none (docs/protocol.md §13.4)",
+           choices=VALIDATIONS),
     Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
     Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
     Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "

@@ -534,9 +534,11 @@ class TopicApis:
         try:
             if batch and is_kafka_batch(batch):  # docs/protocol.md §13.4: stored as sent
                 # each record's length walked, its fields not parsed (§13.4: a Python
-                # walk of every field was 60% of the broker's time under librdkafka)
+                # walk of every field was 60% of the broker's time under librdkafka),
+                # in the batches --kafka-produce-validation names
                 header: AnyHeader = yield from kafka_records.check_batch_steps(
-                    batch, check_fields=False)
+                    batch, check_fields=False,
+                    validation=self._settings.kafka_produce_validation)
             else:
                 header = yield from check_batch_steps(batch)
         except kafka_records.UnsupportedMessageFormatError as exc:

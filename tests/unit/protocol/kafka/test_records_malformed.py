@@ -153,6 +153,33 @@ def test_the_length_only_walk_misses_what_only_fields_show() -> None:
         kr.validate_batch(uneven, check_fields=False)
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_what_each_validation_walks_and_what_it_always_checks(codec: int) -> None:
+    batch = small_batch(codec, n=2)
+    short = reframe(small_batch(n=2), records=record(0))  # 1 record where 2 are counted
+    garbage = reframe(batch, records=b"\x00\x01garbage" * 5)
+    unwalkable = [short, garbage] if codec else [short]
+    for bad in unwalkable:
+        with pytest.raises((MalformedRecordError, CorruptBatchError)):
+            kr.validate_batch(bad, validation=kr.STRICT)
+        assert kr.validate_batch(bad, validation=kr.CRC).record_count == 2
+    # relaxed walks uncompressed batches only
+    with pytest.raises(MalformedRecordError):
+        kr.validate_batch(short, validation=kr.RELAXED)
+    if codec:
+        assert kr.validate_batch(garbage, validation=kr.RELAXED).record_count == 2
+    for validation in kr.VALIDATIONS:
+        flipped = bytearray(batch)
+        flipped[-1] ^= 0xFF
+        with pytest.raises(CorruptBatchError, match="CRC"):
+            kr.validate_batch(bytes(flipped), validation=validation)
+        with pytest.raises(CorruptBatchError, match="lastOffsetDelta"):
+            kr.validate_batch(reframe(batch, last_offset_delta=5), validation=validation)
+        with pytest.raises(CorruptBatchError, match="count is 0"):
+            kr.validate_batch(reframe(batch, record_count=0, last_offset_delta=-1),
+                              validation=validation)
+
+
 @pytest.mark.parametrize("codec", CODECS[1:])
 def test_records_that_do_not_decompress_are_corrupt(codec: int) -> None:
     batch = small_batch(codec)
