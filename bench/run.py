@@ -66,8 +66,9 @@ def run_one(name: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], 
     print(f"== {shlex.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=REPO_ROOT, env=repo_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=die_with_parent)
+                            errors="replace", preexec_fn=die_with_parent)
     err_tail: list[str] = []
+    out: list[str] = []
 
     def tee() -> None:  # progress stays visible; the last lines say why a bench failed
         assert proc.stderr is not None
@@ -75,15 +76,25 @@ def run_one(name: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], 
             sys.stderr.write(line)
             err_tail[:] = [*err_tail[-4:], line.rstrip()]
 
-    teer = threading.Thread(target=tee, daemon=True)
-    teer.start()
+    def collect() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    # one reader per pipe: communicate() would read stderr too, beside tee(), and the two
+    # would split a multi-byte character between them
+    readers = [threading.Thread(target=tee, daemon=True),
+               threading.Thread(target=collect, daemon=True)]
+    for reader in readers:
+        reader.start()
     try:
-        stdout, _ = proc.communicate(timeout=SMOKE_TIMEOUT_S if args.smoke else TIMEOUT_S)
+        proc.wait(timeout=SMOKE_TIMEOUT_S if args.smoke else TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         return [], "timed out"
-    teer.join(5)
+    for reader in readers:
+        reader.join(5)
+    stdout = "".join(out)
     figures = []
     for line in stdout.splitlines():
         line = line.strip()
