@@ -101,6 +101,7 @@ class BrokerSettings:
     kafka_advertised_listeners: str = ""
     kafka_heartbeat_hold_ms: int = 2500
     kafka_produce_validation: str = RELAXED
+    producer_id_expiration_ms: int = 86_400_000
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_cafile: str = ""
@@ -377,6 +378,10 @@ OPTIONS: tuple[Option, ...] = (
            "batches only, compressed ones passing on their header and CRC-32C (as "
            "Redpanda's default); crc, none (docs/protocol.md §13.4)",
            choices=VALIDATIONS),
+    Option("producer_id_expiration_ms",
+           "a partition forgets an idempotent producer whose last batch there is this old "
+           "(Kafka's producer.id.expiration.ms): its next batch may start at any sequence",
+           _at_least(1)),
     Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
     Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
     Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "

@@ -646,10 +646,14 @@ class Broker:
             if topic == OFFSETS_TOPIC:
                 continue
             for p in range(count):
-                deleted = store.log(topic, p).apply_retention(
+                plog = store.log(topic, p)
+                deleted = plog.apply_retention(
                     now, self.settings.log_retention_ms, self.settings.log_retention_bytes)
                 if deleted:
                     log.info("log_retention", topic=topic, partition=p, segments=deleted)
+                expired = plog.expire_producers(now, self.settings.producer_id_expiration_ms)
+                if expired:
+                    log.info("producers_expired", topic=topic, partition=p, producers=expired)
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()

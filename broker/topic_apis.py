@@ -40,6 +40,7 @@ from groupwire.broker.partition_roles import (
 from groupwire.broker.storage import TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS
+from groupwire.broker.storage.producer_log import ProducerRefused, producer_batch
 from groupwire.broker.storage.topic_store import Creation, Deletion
 from groupwire.broker.topics.rules import (
     Limits,
@@ -559,7 +560,9 @@ class TopicApis:
             return gone
         plog = self._store.log(topic, partition)
         try:
-            base = yield from plog.append_steps(batch, header)
+            base = yield from plog.append_steps(batch, header, producer_batch(header))
+        except ProducerRefused as exc:
+            return fail(exc.code, exc.message)
         except StorageError as exc:
             # A big batch is written a piece a step: a DeleteTopics may come in between
             # (the name may even be created again meanwhile: a new log).

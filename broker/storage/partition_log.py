@@ -38,11 +38,19 @@ from groupwire.broker.cluster.epochs import (
     LeaderEpochCache,
 )
 from groupwire.broker.logs import get_logger
+from groupwire.broker.producers.state import Duplicate, ProducerBatch, ProducerStates, Refused
 from groupwire.broker.storage.config import FsyncPolicy, StorageConfig
 from groupwire.broker.storage.errors import CorruptLogError, OffsetNotInLogError, StorageError
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.handles import HandlePool
+from groupwire.broker.storage.producer_log import (
+    ProducerRefused,
+    read_producer_batch,
+    replay,
+    take_snapshot,
+    write_snapshot,
+)
 from groupwire.broker.storage.recovery import RecoveryReport, open_segments
 from groupwire.broker.storage.replica_files import (
     EPOCH_CHECKPOINT_FILE,
@@ -156,6 +164,12 @@ class PartitionLog:
         """Segments retention or compaction dropped whose files are not removed yet."""
         self._appending = False
         """A stepped append is under way: other appends wait for it (or are refused)."""
+        self._producers: ProducerStates | None = None
+        """Idempotent producers' state, built from the log when first needed
+        (``broker.storage.producer_log``); None until then."""
+        self._producer_snapshot = take_snapshot(self._ops, directory)
+        """The snapshot a clean close left: where the build starts, unless the log was
+        cut below the offset it covers."""
         if self._unsynced or self._dir_gen:
             self._mark_dirty()
 
@@ -233,7 +247,8 @@ class PartitionLog:
         self._appended(seg, stored)
         return stored.base_offset
 
-    def append_steps(self, batch: bytes, header: AnyHeader) -> Steps[int]:
+    def append_steps(self, batch: bytes, header: AnyHeader,
+                     producer: ProducerBatch | None = None) -> Steps[int]:
         """:meth:`append` in steps: a batch over ``WRITE_PIECE`` bytes is written a piece
         a step, so a big one never holds the loop for long.
 
@@ -242,9 +257,31 @@ class PartitionLog:
         read reaches it and a flush does not count it. Raises :class:`StorageError` if
         the log is closed (topic deleted) or goes offline meanwhile; the written part is
         then cut, as it is if the steps are abandoned (closed) halfway.
+
+        ``producer``: the batch's idempotent producer fields. It is checked against the
+        producers' state first, with no other append in between: a retry of a batch
+        stored already returns that batch's base offset and stores nothing, a batch out
+        of order or of a fenced epoch raises :class:`ProducerRefused`.
         """
         while self._appending:
             yield
+        if producer is not None:
+            self._appending = True
+            try:
+                states = yield from self._producer_states()
+            finally:
+                self._appending = False
+            verdict = states.check_batch(producer)
+            if isinstance(verdict, Duplicate):
+                return verdict.first_offset
+            if isinstance(verdict, Refused):
+                raise ProducerRefused(verdict.code, verdict.message)
+        base = yield from self._append_unchecked(batch, header)
+        if producer is not None and self._producers is not None:
+            self._producers.record_batch(producer, base)
+        return base
+
+    def _append_unchecked(self, batch: bytes, header: AnyHeader) -> Steps[int]:
         if len(batch) <= WRITE_PIECE:
             return self.append(batch, header)
         self._check_writable()
@@ -359,6 +396,10 @@ class PartitionLog:
                 if header.kafka or header.version != BATCH_V0:
                     self._assign_epoch(header)
                 yield from self._write_stepped(view[start:end], header, 0)
+                if self._producers is not None and header.kafka:
+                    producer = read_producer_batch(view, start)
+                    if producer is not None:
+                        self._producers.record_batch(producer, header.base_offset)
                 yield
         finally:
             self._appending = False
@@ -401,12 +442,43 @@ class PartitionLog:
         self._leo = cut
         self._hw = min(self._hw, cut)
         self._durable = min(self._durable, cut)
+        self._producers_cut(cut)
         self._fail_reported = min(self._fail_reported, cut)
         self._mark_dirty()
         before = self._epoch_cache.entries
         self._epoch_cache.truncate_from_end(cut)
         if self._replicated and self._epoch_cache.entries != before:
             self._save_epochs()
+
+    # --- idempotent producers -------------------------------------------------------------
+
+    def _producer_states(self) -> Steps[ProducerStates]:
+        """The producers' state, built first if need be: from the snapshot a clean close
+        left, else from the log's start, replaying every batch above (a header read
+        each, in steps)."""
+        if self._producers is not None:
+            return self._producers
+        snapshot, self._producer_snapshot = self._producer_snapshot, None
+        start, states = snapshot if snapshot is not None else (
+            self.log_start_offset, ProducerStates())
+        yield from replay(states, self._segments, start)
+        self._producers = states
+        return states
+
+    def _producers_cut(self, end: int) -> None:
+        """The log lost everything from ``end`` on: so do the producers' state and a
+        snapshot that covered any of it."""
+        if self._producers is not None:
+            self._producers.truncated(end)
+        if self._producer_snapshot is not None and self._producer_snapshot[0] > end:
+            self._producer_snapshot = None
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle ``expiration_ms`` (``--producer-id-expiration-ms``);
+        how many were forgotten."""
+        if self._producers is None:
+            return 0
+        return len(self._producers.expire(now_ms, expiration_ms))
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch's answer for ``epoch``: ``(epoch, end offset)`` of the
@@ -751,6 +823,7 @@ class PartitionLog:
                                f"{exc}") from exc
         self._epoch += 1
         self._leo = self._segments[-1].next_offset
+        self._producers_cut(self._leo)
         self._hw = min(hw_before, self._leo) if self._replicated else self._leo
         self._durable = self._leo
         self._unsynced = []
@@ -963,6 +1036,15 @@ class PartitionLog:
                 self._ops.fsync_dir(self.directory)
             except OSError:
                 clean = False
+        if sync and clean:
+            kept = ((self._leo, self._producers) if self._producers is not None
+                    else self._producer_snapshot)
+            if kept is not None:
+                try:
+                    write_snapshot(self._ops, self.directory, kept[1], kept[0],
+                                   sync=self._sync_files)
+                except OSError:
+                    clean = False
         if sync and self._replicated and self._hw != self._hw_saved:
             try:
                 save_high_watermark(self._ops, self.directory, self._hw,

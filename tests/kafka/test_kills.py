@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 
 from groupwire.client.admin import Admin
 from tests.integration.brokerproc import BrokerProcess
+from tests.kafka.answer_cutter import AnswerCutter
 
 from .conftest import FAST_GROUPS
 
@@ -128,15 +130,7 @@ def test_a_killed_broker_loses_no_record_an_acks_all_producer_was_told_of(
     restarted: BrokerProcess | None = None
     try:
         _create(bootstrap, name, 3)
-        acked: set[bytes] = set()
-        failed: list[str] = []
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is None:
-                acked.add(msg.value())
-            else:
-                failed.append(str(err))
-
+        acked, _, delivered = _deliveries()  # some fail with the broker: not counted
         producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all",
                                 "linger.ms": 2, "message.timeout.ms": 20_000})
         for sent in range(1, 2001):
@@ -164,3 +158,127 @@ def test_a_killed_broker_loses_no_record_an_acks_all_producer_was_told_of(
             restarted.kill()
     assert len(acked) >= 1000
     assert acked - seen == set(), f"{len(acked - seen)} acknowledged records lost"
+
+
+def test_an_idempotent_producer_through_a_broker_sigkill_writes_each_record_once(
+        tmp_path: Path, name: str) -> None:
+    """SIGKILLed with batches in flight, the broker restarts and the producer resends
+    what it had no answer for: batches the broker had stored before it died are retries
+    (the partition's producer state rebuilt from the log), answered with their first
+    offsets and not stored again. Every record is in the log once, none is lost."""
+    broker = BrokerProcess(tmp_path / "data", *FAST_GROUPS).start()
+    port = broker.port
+    bootstrap = f"127.0.0.1:{port}"
+    restarted: BrokerProcess | None = None
+    total = 20_000
+    try:
+        _create(bootstrap, name, 3)
+        acked, failed, delivered = _deliveries()
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                "linger.ms": 1, "batch.num.messages": 200,
+                                "message.timeout.ms": 60_000})
+        for sent in range(total):
+            producer.produce(name, f"r{sent}".encode(), on_delivery=delivered)
+            producer.poll(0)
+            if sent == total // 2:
+                broker.kill()  # batches in flight: some stored, none answered
+        producer.poll(0.5)
+        restarted = BrokerProcess(tmp_path / "data", *FAST_GROUPS, "--port", str(port)).start()
+        assert producer.flush(60) == 0
+        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{name}",
+                                "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        consumer.subscribe([name])
+        seen: list[bytes] = []
+        ended: set[int] = set()
+        deadline = time.monotonic() + WAIT_S
+        while len(ended) < 3 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                seen.append(msg.value())
+            elif msg.error().code() == ck.KafkaError._PARTITION_EOF:
+                ended.add(msg.partition())
+        consumer.close()
+    finally:
+        broker.kill()
+        if restarted is not None:
+            restarted.kill()
+    assert failed == []
+    assert len(acked) == total
+    duplicates = len(seen) - len(set(seen))
+    assert duplicates == 0, f"{duplicates} records written twice"
+    assert acked - set(seen) == set(), f"{len(acked - set(seen))} acknowledged records lost"
+
+
+def test_an_idempotent_producer_resending_stored_batches_writes_each_record_once(
+        tmp_path: Path, name: str) -> None:
+    """The broker stores batches whose answers never arrive (a relay drops them, then
+    drops the connections): the producer resends them, and each resend is recognised as
+    a retry of a stored batch, answered with its first offsets and stored nowhere."""
+    relay_port, peek_port = _free_port(), _free_port()
+    # clients are told the relay's address; the test reads offsets on a Kafka listener
+    # of its own, which the relay does not stand in front of
+    broker = BrokerProcess(tmp_path / "data", *FAST_GROUPS, "--advertised-listeners",
+                           f"PLAINTEXT://127.0.0.1:{relay_port}", "--kafka-listeners",
+                           f"PLAINTEXT://127.0.0.1:{peek_port}").start()
+    cutter = AnswerCutter(broker.port, port=relay_port)
+    bootstrap = f"127.0.0.1:{cutter.port}"
+    total = 6_000
+    try:
+        _create(f"127.0.0.1:{peek_port}", name, 3)
+        acked, failed, delivered = _deliveries()
+        producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                "linger.ms": 1, "batch.num.messages": 100,
+                                "message.timeout.ms": 60_000})
+        producer.produce(name, b"first")
+        assert producer.flush(20) == 0  # connected, producer id handed out
+        stored_before = _end_offsets(peek_port, name)
+        cutter.losing.set()
+        for sent in range(total):
+            producer.produce(name, f"r{sent}".encode(), on_delivery=delivered)
+            producer.poll(0)
+        producer.poll(1.0)  # stored, unanswered
+        stored_unanswered = _end_offsets(peek_port, name) - stored_before
+        cutter.cut()
+        assert producer.flush(60) == 0
+        stored = _end_offsets(peek_port, name) - stored_before
+    finally:
+        cutter.close()
+        broker.kill()
+    assert failed == []
+    assert len(acked) == total
+    assert stored_unanswered > 0, "no batch was stored while its answer was lost"
+    assert stored == total, f"{stored - total} records stored twice"
+
+
+def _deliveries() -> tuple[set[bytes], list[str], Any]:
+    """The values acknowledged, the errors reported, and the callback that fills them."""
+    acked: set[bytes] = set()
+    failed: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.add(msg.value())
+        else:
+            failed.append(str(err))
+
+    return acked, failed, delivered
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _end_offsets(port: int, topic: str) -> int:
+    """The sum of the topic's log end offsets, asked of the broker directly."""
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "peek"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        return sum(consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1]
+                   for p in meta.partitions)
+    finally:
+        consumer.close()
