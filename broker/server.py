@@ -44,11 +44,6 @@ from groupwire.broker.kafka.apis import TRANSLATORS
 from groupwire.broker.kafka.apis.configs import BrokerConfigs
 from groupwire.broker.kafka.connection import KafkaConnection
 from groupwire.broker.kafka.door import KafkaDoor, kafka_named
-from groupwire.broker.kafka.producer_ids import (
-    MAX_PRODUCER_ID,
-    NODE_ID_SHIFT,
-    LocalProducerIds,
-)
 from groupwire.broker.kafka.translate import KafkaAddress
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
@@ -78,6 +73,11 @@ from groupwire.broker.storage.handles import (
     default_max_open_files,
     raise_nofile_limit,
 )
+from groupwire.broker.storage.producer_ids import (
+    MAX_PRODUCER_ID,
+    NODE_ID_SHIFT,
+    LocalProducerIds,
+)
 from groupwire.broker.supervisor import DEFAULT_RESTART, Restart, Service, Supervisor
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.broker.topic_handlers import TopicHandlers
@@ -94,6 +94,8 @@ from groupwire.protocol.messages import (
     DeleteGroupsResponse,
     DescribeAclsRequest,
     DescribeUserScramCredentialsRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     OffsetCommitRequest,
     Request,
     Response,
@@ -389,6 +391,10 @@ class Broker:
             except SecurityStoreError as exc:
                 raise StartupError(str(exc)) from exc
         self._start_security()
+        try:
+            self._start_producer_ids()
+        except StorageError as exc:
+            raise StartupError(str(exc)) from exc
         await self._listen()
         try:  # after _listen: DescribeConfigs names the bound listeners
             self._start_kafka_door(store)
@@ -455,6 +461,37 @@ class Broker:
             cid, apis.describe_credentials(request)))
         handlers.add(AlterUserScramCredentialsRequest, answer_later(apis.alter_credentials))
 
+    def _start_producer_ids(self) -> None:
+        """InitProducerId, through either door: ids never handed out before
+        (``broker.storage.producer_ids``)."""
+        settings = self.settings
+        ids = LocalProducerIds(settings.data_dir, limit=(
+            (1 << NODE_ID_SHIFT) - 1 if settings.clustered else MAX_PRODUCER_ID))
+        next_id = ids.next_id
+        if settings.clustered:
+            # each broker hands out ids from its own range until the cluster allocates
+            # blocks in etcd (docs/protocol.md §5.4)
+            base = settings.node_id << NODE_ID_SHIFT
+
+            def next_id() -> int | None:
+                local = ids.next_id()
+                return None if local is None else base + local
+
+        def init_producer_id(conn: Peer, cid: int, request: Request) -> None:
+            assert isinstance(request, InitProducerIdRequest)
+            if request.transactional_id is not None:
+                conn.reply(cid, InitProducerIdResponse(
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    error_message="transactions are not served yet"))
+                return
+            pid = next_id()
+            conn.reply(cid, InitProducerIdResponse(producer_id=pid, producer_epoch=0)
+                       if pid is not None else InitProducerIdResponse(
+                           error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                           error_message="no producer id could be reserved in the data dir"))
+
+        self.handlers.add(InitProducerIdRequest, init_producer_id)
+
     def _start_kafka_door(self, store: TopicStore) -> None:
         """What the Kafka door answers itself: configs, producer ids, the ACL check."""
         settings, door = self.settings, self.kafka_door
@@ -464,20 +501,6 @@ class Broker:
             listeners=[str(listener) for listener in bound],
             advertised=[f"{listener.name}://{host}:{port}" for listener in bound
                         for host, port in [self._advertised[listener.name]]])
-        ids = LocalProducerIds(settings.data_dir, limit=(
-            (1 << NODE_ID_SHIFT) - 1 if settings.clustered else MAX_PRODUCER_ID))
-        if settings.clustered:
-            # each broker hands out ids from its own range until the cluster allocates
-            # blocks in etcd (docs/protocol.md §13.4)
-            base = settings.node_id << NODE_ID_SHIFT
-
-            def next_id() -> int | None:
-                local = ids.next_id()
-                return None if local is None else base + local
-
-            door.new_producer_id = next_id
-        else:
-            door.new_producer_id = ids.next_id
         door.access = self._access
         door.heartbeat_hold_ms = settings.kafka_heartbeat_hold_ms
         if not settings.clustered:

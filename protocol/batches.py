@@ -1,10 +1,13 @@
 """Record batches (docs/protocol.md §5): encode, check, patch and split them without I/O.
 
 A batch is one msgpack value ``[header, records]`` whose header has fixed widths, so the
-broker can check it and patch its base offset (and, in layout v1, its partition leader
-epoch) in place with ``struct`` alone. Layout v0 has a 31-byte header, v1 a 36-byte one;
-both carry the same CRC over the same logical bytes, so a v0 batch becomes v1 by
-inserting the epoch (:func:`upconvert_v0`) without touching its CRC.
+broker can check it and patch its base offset (and, in layouts v1 and v2, its partition
+leader epoch) in place with ``struct`` alone. Layout v0 has a 31-byte header, v1 a 36-byte
+one; both carry the same CRC over the same logical bytes, so a v0 batch becomes v1 by
+inserting the epoch (:func:`upconvert_v0`) without touching its CRC. Layout v2, 53 bytes,
+is v1 with an idempotent producer's fields (producer id, producer epoch, base sequence)
+between the epoch and the base timestamp, under the CRC; the broker stamps it where it
+stamps v1.
 :func:`validate_batch` checks the framing (walking the records with a streaming unpacker's
 ``skip``); :func:`check_records` then checks that every row is a record, so that no batch
 a consumer cannot read is ever stored. Stored batches are served byte for byte. Only
@@ -34,8 +37,13 @@ from groupwire.protocol.steps import Steps, run_steps
 
 BATCH_V0: Final = 0
 BATCH_V1: Final = 1
+BATCH_V2: Final = 2
+"""v1 with an idempotent producer's fields: what a batch given a producer id is built in."""
 CURRENT_BATCH_VERSION: Final = BATCH_V1
-"""What :func:`encode_batch` builds unless told otherwise."""
+"""What :func:`encode_batch` builds unless told otherwise (or given a producer id)."""
+NO_PRODUCER_ID: Final = -1
+"""The producer id, epoch and base sequence of a batch not from an idempotent producer
+(every v0 and v1 batch)."""
 NO_PARTITION_LEADER_EPOCH: Final = -1
 """The leader epoch of a v0 batch, and of a v1 batch no broker has stamped yet."""
 
@@ -43,25 +51,36 @@ HEADER_SIZE_V0: Final = 31
 """v0: outer and header array markers plus five fixed fields."""
 HEADER_SIZE_V1: Final = 36
 """v1: v0's header with the partition leader epoch (``0xd2`` + int32) after the offset."""
+HEADER_SIZE_V2: Final = 53
+"""v2: v1's header with the producer id (``0xd3`` + int64), producer epoch (``0xd1`` +
+int16) and base sequence (``0xd2`` + int32) after the epoch."""
 
 MIN_BATCH_SIZE: Final = HEADER_SIZE_V0 + 1
 """The smallest possible batch of any layout: a v0 header and a one-byte records array."""
 
 _HEADER_V0 = struct.Struct(">BBBQBqBIBIB")
 _HEADER_V1 = struct.Struct(">BBBQBiBqBIBIB")
+_HEADER_V2 = struct.Struct(">BBBQBiBqBhBiBqBIBIB")
 _OFFSET = struct.Struct(">Q")
 _EPOCH = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _MARKERS_V0: Final = (0x92, 0x95, 0xCF, 0xD3, 0xCE, 0xCE)
 _MARKERS_V1: Final = (0x92, 0x96, 0xCF, 0xD2, 0xD3, 0xCE, 0xCE)
-_HEADER_MARKER: Final = (0x95, 0x96)
-"""Byte 1 (the header array's marker) by version: an array of 5 or of 6."""
-_CRC_HEAD_AT: Final = (11, 16)
-"""Where, by version, the 14 bytes the CRC starts with begin (timestamp and count)."""
-_BODY_AT: Final = (HEADER_SIZE_V0 - 1, HEADER_SIZE_V1 - 1)
+_MARKERS_V2: Final = (0x92, 0x99, 0xCF, 0xD2, 0xD3, 0xD1, 0xD2, 0xD3, 0xCE, 0xCE)
+_HEADER_MARKER: Final = (0x95, 0x96, 0x99)
+"""Byte 1 (the header array's marker) by version: an array of 5, 6 or 9."""
+_VERSION_OF_MARKER: Final = {marker: version for version, marker in enumerate(_HEADER_MARKER)}
+"""The layout byte 1 names (any other byte is read as v0, whose check then fails)."""
+_HEADER_SIZES: Final = (HEADER_SIZE_V0, HEADER_SIZE_V1, HEADER_SIZE_V2)
+_CRC_HEAD: Final = ((11, 25), (16, 30), (16, 47))
+"""Where, by version, the header bytes the CRC starts with lie (``[start, end)``): the
+timestamp and count (14 bytes) in v0 and v1; the producer fields, timestamp and count
+(31 bytes) in v2. The CRC is taken over them, then from the attributes byte on."""
+_BODY_AT: Final = (HEADER_SIZE_V0 - 1, HEADER_SIZE_V1 - 1, HEADER_SIZE_V2 - 1)
 """Where, by version, the attributes byte is: the CRC covers it and everything after;
 the CRC itself is the 4 bytes before it."""
+_MAX_INT16: Final = (1 << 15) - 1
 _MIN_INT32: Final = -(1 << 31)
 _MAX_INT32: Final = (1 << 31) - 1
 _MIN_INT64: Final = -(1 << 63)
@@ -113,7 +132,7 @@ _BIN_OR_NIL: Final = frozenset({bytes, type(None)})
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:
-    """The fixed-width header of one batch (bytes 0-30 in v0, 0-35 in v1)."""
+    """The fixed-width header of one batch (bytes 0-30 in v0, 0-35 in v1, 0-52 in v2)."""
 
     base_offset: int
     base_timestamp_ms: int
@@ -121,8 +140,15 @@ class BatchHeader:
     crc: int
     attributes: int
     leader_epoch: int = NO_PARTITION_LEADER_EPOCH
-    """The partition leader epoch the broker stamped (v1); v0 has none."""
+    """The partition leader epoch the broker stamped (v1, v2); v0 has none."""
     version: int = BATCH_V0
+    producer_id: int = NO_PRODUCER_ID
+    """The idempotent producer's id (v2); -1 in v0 and v1."""
+    producer_epoch: int = NO_PRODUCER_ID
+    """The producer's epoch (v2); -1 in v0 and v1."""
+    base_sequence: int = NO_PRODUCER_ID
+    """The first record's sequence number (v2; record ``i``'s is ``(base_sequence + i)
+    mod 2**31``); -1 in v0 and v1."""
 
     @property
     def header_size(self) -> int:
@@ -211,15 +237,51 @@ class MalformedRecordError(CorruptBatchError):
 
 
 def header_size(version: int) -> int:
-    """Bytes before the records array of a batch of layout ``version`` (0 or 1)."""
-    return HEADER_SIZE_V1 if version == BATCH_V1 else HEADER_SIZE_V0
+    """Bytes before the records array of a batch of layout ``version`` (0, 1 or 2)."""
+    return HEADER_SIZE_V1 if version == BATCH_V1 else \
+        HEADER_SIZE_V2 if version == BATCH_V2 else HEADER_SIZE_V0
+
+
+_NO_PRODUCER: Final = (NO_PRODUCER_ID, NO_PRODUCER_ID, NO_PRODUCER_ID)
+
+
+def _layout(version: int, producer_id: int, producer_epoch: int, base_sequence: int,
+            ) -> tuple[int, tuple[int, int, int]]:
+    """The layout a batch is built in, and its producer fields, checked.
+
+    A producer id (>= 0) makes it v2: ``version`` may then say 1 (the default) or 2, not
+    0 (v0 has no room for them). Without one, v2 is refused (its fields are not
+    optional), and so are an epoch or a sequence (they mean nothing without an id).
+    """
+    if version not in (BATCH_V0, BATCH_V1, BATCH_V2):
+        raise LocalProtocolError(f"unknown batch layout version {version}")
+    fields = (producer_id, producer_epoch, base_sequence)
+    if producer_id == NO_PRODUCER_ID:
+        if version == BATCH_V2:
+            raise LocalProtocolError("batch layout v2 needs a producer id")
+        if fields != _NO_PRODUCER:
+            raise LocalProtocolError(
+                "producer_epoch and base_sequence need a producer_id")
+        return version, _NO_PRODUCER
+    if type(producer_id) is not int or not 0 <= producer_id <= _MAX_INT64:
+        raise LocalProtocolError(f"producer_id out of range: {producer_id}")
+    if version == BATCH_V0:
+        raise LocalProtocolError("batch layout v0 carries no producer fields")
+    if type(producer_epoch) is not int or not 0 <= producer_epoch <= _MAX_INT16:
+        raise LocalProtocolError(f"producer_epoch out of range: {producer_epoch}")
+    if type(base_sequence) is not int or not 0 <= base_sequence <= _MAX_INT32:
+        raise LocalProtocolError(f"base_sequence out of range: {base_sequence}")
+    return BATCH_V2, fields
 
 
 def _head(version: int, base_offset: int, leader_epoch: int, base_ts: int,
-          count: int) -> bytes:
-    """A header up to its CRC (exclusive): ``header_size(version) - 5`` bytes."""
-    if version not in (BATCH_V0, BATCH_V1):
+          count: int, producer: tuple[int, int, int] = _NO_PRODUCER) -> bytes:
+    """A header up to its CRC (exclusive): ``header_size(version) - 5`` bytes.
+    ``producer`` (id, epoch, base sequence) as :func:`_layout` returns them."""
+    if version not in (BATCH_V0, BATCH_V1, BATCH_V2):
         raise LocalProtocolError(f"unknown batch layout version {version}")
+    if (version == BATCH_V2) != (producer[0] >= 0):
+        raise LocalProtocolError("producer fields go in batch layout v2, and only there")
     if not 0 <= base_offset <= _MAX_UINT64:
         raise LocalProtocolError(f"base_offset out of range: {base_offset}")
     if not _MIN_INT32 <= leader_epoch <= _MAX_INT32:
@@ -228,25 +290,46 @@ def _head(version: int, base_offset: int, leader_epoch: int, base_ts: int,
         if version == BATCH_V0:
             full = _HEADER_V0.pack(0x92, 0x95, 0xCF, base_offset, 0xD3, base_ts,
                                    0xCE, count, 0xCE, 0, 0)
-        else:
+        elif version == BATCH_V1:
             full = _HEADER_V1.pack(0x92, 0x96, 0xCF, base_offset, 0xD2, leader_epoch,
                                    0xD3, base_ts, 0xCE, count, 0xCE, 0, 0)
+        else:
+            producer_id, producer_epoch, base_sequence = producer
+            full = _HEADER_V2.pack(0x92, 0x99, 0xCF, base_offset, 0xD2, leader_epoch,
+                                   0xD3, producer_id, 0xD1, producer_epoch,
+                                   0xD2, base_sequence, 0xD3, base_ts,
+                                   0xCE, count, 0xCE, 0, 0)
     except (TypeError, ValueError, OverflowError, struct.error) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
     return full[:_BODY_AT[version] - 4]
 
 
+def _head_crc(head: bytes, version: int) -> int:
+    """The CRC of the header bytes it covers (``head`` as :func:`_head` builds it)."""
+    start, end = _CRC_HEAD[version]
+    return zlib.crc32(head[start:end])
+
+
 def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
                  version: int = CURRENT_BATCH_VERSION,
-                 leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+                 leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_ID,
+                 base_sequence: int = NO_PRODUCER_ID) -> bytes:
     """One batch holding ``records``; the base timestamp is the first record's.
 
     Layout v1 unless ``version=0`` (the layout before cluster mode; brokers still take
-    it). ``leader_epoch`` is the broker's to set: producers leave it -1."""
+    it). ``leader_epoch`` is the broker's to set: producers leave it -1.
+
+    An idempotent producer passes its ``producer_id`` (0 to 2**63-1), ``producer_epoch``
+    (0 to 32767) and the first record's ``base_sequence`` (0 to 2**31-1): the batch is
+    then layout v2, ``version`` being 1 (the default) or 2; with ``version=0``, or
+    without a producer id but with an epoch, a sequence or ``version=2``, or with a field
+    out of range, LocalProtocolError."""
     if not records:
         raise LocalProtocolError("a batch holds at least one record")
+    version, producer = _layout(version, producer_id, producer_epoch, base_sequence)
     base_ts = records[0].timestamp_ms
-    head = _head(version, base_offset, leader_epoch, base_ts, len(records))
+    head = _head(version, base_offset, leader_epoch, base_ts, len(records), producer)
     rows = [
         [i, r.timestamp_ms - base_ts, r.key, r.value,
          r.headers if isinstance(r.headers, list | tuple) else list(r.headers)]
@@ -256,8 +339,7 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
         body = b"\x00" + msgpack.packb(rows, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
-    at = _CRC_HEAD_AT[version]
-    crc = zlib.crc32(body, zlib.crc32(head[at:at + 14]))
+    crc = zlib.crc32(body, _head_crc(head, version))
     return b"".join((head, _U32.pack(crc), body))
 
 
@@ -272,14 +354,20 @@ class BatchWriter:
     ``(str, bin|nil)`` headers, an int timestamp whose delta msgpack can hold), so a
     record that does not fit raises before anything is written and the records before it
     stay as they were.
+
+    ``version`` and the producer fields are :func:`encode_batch`'s (a producer id makes
+    the batch v2, ``version`` then saying 1 or 2) and are checked here; they change the
+    header alone, built once by :meth:`build`.
     """
 
-    __slots__ = ("_base_ts", "_built", "_count", "_pack", "_packer", "_pieces", "version")
+    __slots__ = ("_base_ts", "_built", "_count", "_pack", "_packer", "_pieces", "_producer",
+                 "version")
 
-    def __init__(self, *, version: int = CURRENT_BATCH_VERSION) -> None:
-        if version not in (BATCH_V0, BATCH_V1):
-            raise LocalProtocolError(f"unknown batch layout version {version}")
-        self.version = version
+    def __init__(self, *, version: int = CURRENT_BATCH_VERSION,
+                 producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_ID,
+                 base_sequence: int = NO_PRODUCER_ID) -> None:
+        self.version, self._producer = _layout(version, producer_id, producer_epoch,
+                                               base_sequence)
         # msgpack's default first buffer is 256 KiB: a producer holds a writer per partition
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False,
                                       buf_size=WRITER_BUFFER)
@@ -343,11 +431,11 @@ class BatchWriter:
         if not count:
             raise LocalProtocolError("a batch holds at least one record")
         version = self.version
-        head = _head(version, 0, NO_PARTITION_LEADER_EPOCH, self._base_ts, count)
+        head = _head(version, 0, NO_PARTITION_LEADER_EPOCH, self._base_ts, count,
+                     self._producer)
         lead = b"\x00" + msgpack.Packer().pack_array_header(count)
         pieces = [lead, *self._pieces, self._packer.bytes()]
-        at = _CRC_HEAD_AT[version]
-        crc = zlib.crc32(head[at:at + 14])
+        crc = _head_crc(head, version)
         for piece in pieces:
             crc = zlib.crc32(piece, crc)
         self._built = b"".join((head, _U32.pack(crc), *pieces))
@@ -394,8 +482,7 @@ def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]
         pieces = [b"\x00" + packer.pack_array_header(count)]
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
-    at = _CRC_HEAD_AT[version]
-    crc = zlib.crc32(pieces[0], zlib.crc32(head[at:at + 14]))
+    crc = zlib.crc32(pieces[0], _head_crc(head, version))
     no_headers: tuple[()] = ()
     for start in range(0, count, rows_per_step):
         if start:
@@ -412,7 +499,7 @@ def encode_kv_batch_steps(items: Sequence[tuple[bytes | None, bytes | None, int]
 
 
 def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:
-    """``data`` with bytes 3-10 set to ``base_offset`` (both layouts); the CRC does not
+    """``data`` with bytes 3-10 set to ``base_offset`` (every layout); the CRC does not
     cover them. ``data`` may be only the start of a batch (a stepped append's first
     piece)."""
     if not 0 <= base_offset <= _MAX_UINT64:
@@ -422,12 +509,14 @@ def with_base_offset(data: bytes | memoryview, base_offset: int) -> bytes:
 
 
 def stamp_batch(data: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
-    """A v1 batch (or its start, as :func:`with_base_offset` takes it) with its base
-    offset and partition leader epoch set: what a broker does at append. Neither field
-    is under the CRC."""
+    """A v1 or v2 batch (or its start, as :func:`with_base_offset` takes it) with its
+    base offset and partition leader epoch set, at the same bytes in both (3-10, 12-15):
+    what a broker does at append. Neither field is under the CRC."""
     view = memoryview(data)
-    if len(view) < HEADER_SIZE_V1 or view[1] != 0x96 or view[11] != 0xD2:
-        raise LocalProtocolError("only a v1 batch carries a leader epoch (upconvert v0)")
+    version = _VERSION_OF_MARKER.get(view[1], BATCH_V0) if len(view) >= 2 else BATCH_V0
+    if version == BATCH_V0 or len(view) < header_size(version) or view[11] != 0xD2:
+        raise LocalProtocolError(
+            "only a v1 or v2 batch carries a leader epoch (upconvert v0)")
     if not 0 <= base_offset <= _MAX_UINT64:
         raise LocalProtocolError(f"base_offset out of range: {base_offset}")
     if not _MIN_INT32 <= leader_epoch <= _MAX_INT32:
@@ -457,40 +546,50 @@ def upconverted_header(header: BatchHeader) -> BatchHeader:
 
 
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """The header at ``pos`` (either layout), checking only the fixed marker bytes (no
-    CRC, no records)."""
+    """The header at ``pos`` (any layout, told by byte 1), checking only the fixed
+    marker bytes (no CRC, no records, no field's range)."""
     avail = len(buf) - pos
-    version = BATCH_V1 if avail >= 2 and buf[pos + 1] == 0x96 else BATCH_V0
-    size = header_size(version)
+    version = _VERSION_OF_MARKER.get(buf[pos + 1], BATCH_V0) if avail >= 2 else BATCH_V0
+    size = _HEADER_SIZES[version]
     if avail < size:
         raise CorruptBatchError(f"truncated header: {avail} bytes, need {size}",
                                 position=pos)
+    producer_id = producer_epoch = base_sequence = NO_PRODUCER_ID
     if version == BATCH_V1:
         (a2, a6, m_off, base, m_epoch, epoch, m_ts, ts, m_cnt, count, m_crc, crc,
          attributes) = _HEADER_V1.unpack_from(buf, pos)
         good = (a2, a6, m_off, m_epoch, m_ts, m_cnt, m_crc) == _MARKERS_V1
+    elif version == BATCH_V2:
+        (a2, a9, m_off, base, m_epoch, epoch, m_pid, producer_id, m_pep, producer_epoch,
+         m_seq, base_sequence, m_ts, ts, m_cnt, count, m_crc, crc,
+         attributes) = _HEADER_V2.unpack_from(buf, pos)
+        good = (a2, a9, m_off, m_epoch, m_pid, m_pep, m_seq, m_ts, m_cnt,
+                m_crc) == _MARKERS_V2
     else:
         (a2, a5, m_off, base, m_ts, ts, m_cnt, count, m_crc, crc,
          attributes) = _HEADER_V0.unpack_from(buf, pos)
         epoch = NO_PARTITION_LEADER_EPOCH
         good = (a2, a5, m_off, m_ts, m_cnt, m_crc) == _MARKERS_V0
     if not good:
-        raise CorruptBatchError("bad header marker bytes (not a v0 or v1 batch)",
+        raise CorruptBatchError("bad header marker bytes (not a v0, v1 or v2 batch)",
                                 position=pos)
     if attributes > 0x7F:
         raise CorruptBatchError(f"attributes byte {attributes:#x} is not a positive fixint",
                                 position=pos)
     return BatchHeader(base_offset=base, base_timestamp_ms=ts, record_count=count, crc=crc,
-                       attributes=attributes, leader_epoch=epoch, version=version)
+                       attributes=attributes, leader_epoch=epoch, version=version,
+                       producer_id=producer_id, producer_epoch=producer_epoch,
+                       base_sequence=base_sequence)
 
 
 def batch_crc(buf: bytes | memoryview, start: int, end: int) -> int:
     """The CRC-32 a batch spanning ``buf[start:end]`` should carry (v0: bytes 11-24 and
-    30-end; v1: 16-29 and 35-end)."""
+    30-end; v1: 16-29 and 35-end; v2: 16-46 and 52-end)."""
     view = memoryview(buf)
-    version = BATCH_V1 if view[start + 1] == 0x96 else BATCH_V0
-    at, body = start + _CRC_HEAD_AT[version], start + _BODY_AT[version]
-    return zlib.crc32(view[body:end], zlib.crc32(view[at:at + 14]))
+    version = _VERSION_OF_MARKER.get(view[start + 1], BATCH_V0)
+    at, until = _CRC_HEAD[version]
+    body = start + _BODY_AT[version]
+    return zlib.crc32(view[body:end], zlib.crc32(view[start + at:start + until]))
 
 
 def validate_batch(data: bytes) -> BatchHeader:
@@ -544,9 +643,9 @@ def _validate_steps(data: bytes) -> Steps[BatchHeader]:
     if size <= hs:
         raise CorruptBatchError(f"batch of {size} bytes is shorter than {hs + 1}")
     view = memoryview(data)
-    at = _CRC_HEAD_AT[header.version]
+    at, until = _CRC_HEAD[header.version]
     body = _BODY_AT[header.version]
-    crc = zlib.crc32(view[at:at + 14])   # as batch_crc takes it
+    crc = zlib.crc32(view[at:until])   # as batch_crc takes it
     for at in range(body, size, CRC_PIECE):
         if at > body:
             yield
@@ -770,6 +869,11 @@ def _check_fields(header: BatchHeader, pos: int) -> None:
                                 position=pos)
     if header.record_count < 1:
         raise CorruptBatchError("record_count is 0", position=pos)
+    if header.version == BATCH_V2 and (header.producer_id < 0 or header.producer_epoch < 0
+                                       or header.base_sequence < 0):
+        raise CorruptBatchError(
+            f"producer fields out of range: id {header.producer_id}, epoch "
+            f"{header.producer_epoch}, base sequence {header.base_sequence}", position=pos)
 
 
 def _records_count(buf: bytes | memoryview, at: int, pos: int) -> int:

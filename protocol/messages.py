@@ -63,6 +63,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -1080,6 +1081,26 @@ class AlterUserScramCredentialsResponse(Response):
     results: list[AlterUserScramCredentialsResult] = field(default_factory=list)
 
 
+# --- InitProducerId (22) ----------------------------------------------------------------
+
+
+@_msg
+class InitProducerIdRequest(Request):
+    """An idempotent producer's id and epoch (§5.4). ``transactional_id`` is for
+    transactions, not served yet."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.INIT_PRODUCER_ID
+    transactional_id: str | None = None
+    transaction_timeout_ms: Int32 = -1
+
+
+@_msg
+class InitProducerIdResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.INIT_PRODUCER_ID
+    producer_id: Int64 = -1
+    producer_epoch: Int32 = -1
+
+
 # --- Registry ---------------------------------------------------------------------------
 
 REQUEST_TYPES: dict[ApiKey, type[Request]] = {
@@ -1091,7 +1112,7 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         OffsetCommitRequest, OffsetFetchRequest, DescribeGroupsRequest, ListGroupsRequest,
         DeleteGroupsRequest, OffsetDeleteRequest, DeleteTopicsRequest,
         OffsetsForLeaderEpochRequest, ElectLeadersRequest, SaslHandshakeRequest,
-        SaslAuthenticateRequest,
+        SaslAuthenticateRequest, InitProducerIdRequest,
         DescribeAclsRequest, CreateAclsRequest, DeleteAclsRequest,
         DescribeUserScramCredentialsRequest, AlterUserScramCredentialsRequest,
     )
@@ -1105,7 +1126,7 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         OffsetCommitResponse, OffsetFetchResponse, DescribeGroupsResponse, ListGroupsResponse,
         DeleteGroupsResponse, OffsetDeleteResponse, DeleteTopicsResponse,
         OffsetsForLeaderEpochResponse, ElectLeadersResponse, SaslHandshakeResponse,
-        SaslAuthenticateResponse,
+        SaslAuthenticateResponse, InitProducerIdResponse,
         DescribeAclsResponse, CreateAclsResponse, DeleteAclsResponse,
         DescribeUserScramCredentialsResponse, AlterUserScramCredentialsResponse,
     )

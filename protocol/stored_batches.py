@@ -53,8 +53,9 @@ __all__ = [
 MSGPACK_MARKER: Final = 0x92
 """The first byte of every msgpack batch (an array of 2), and of no Kafka batch."""
 KAFKA_VERSION: Final = kafka.MAGIC
-""":attr:`StoredHeader.version` of a Kafka batch: its magic, 2 (msgpack layouts are 0
-and 1)."""
+""":attr:`StoredHeader.version` of a Kafka batch: its magic, 2. msgpack layouts are 0,
+1 and 2 (a v2 batch's version is 2 too): tell the formats apart by
+:attr:`StoredHeader.kafka`, never by the version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ class StoredHeader:
 
     kafka: bool
     version: int
-    """msgpack layout (0 or 1), or :data:`KAFKA_VERSION`."""
+    """msgpack layout (0, 1 or 2), or :data:`KAFKA_VERSION` (with ``kafka``)."""
     base_offset: int
     offset_count: int
     """Offsets the batch spans: its record count (a Kafka batch's lastOffsetDelta + 1;
@@ -161,19 +162,22 @@ def stamped_header(header: StoredHeader, base_offset: int, leader_epoch: int, *,
                    keep_v0: bool = False) -> StoredHeader:
     """``header`` as :func:`stamp_stored` leaves its batch: at ``base_offset`` with
     ``leader_epoch``, a msgpack v0 batch upconverted to v1 unless ``keep_v0`` (then
-    only its base offset is set: v0 has no epoch)."""
+    only its base offset is set: v0 has no epoch). A v1 or v2 batch keeps its layout."""
     if header.kafka:
         return dataclasses.replace(header, base_offset=base_offset, leader_epoch=leader_epoch)
-    if header.version == BATCH_V0 and keep_v0:
-        return dataclasses.replace(header, base_offset=base_offset)
-    return dataclasses.replace(header, base_offset=base_offset, version=BATCH_V1,
-                               leader_epoch=leader_epoch, header_size=header_size(BATCH_V1))
+    if header.version == BATCH_V0:
+        if keep_v0:
+            return dataclasses.replace(header, base_offset=base_offset)
+        return dataclasses.replace(header, base_offset=base_offset, version=BATCH_V1,
+                                   leader_epoch=leader_epoch,
+                                   header_size=header_size(BATCH_V1))
+    return dataclasses.replace(header, base_offset=base_offset, leader_epoch=leader_epoch)
 
 
 def stamp_stored(data: bytes | memoryview, stored: StoredHeader) -> bytes:
     """A batch (or its first piece) as ``stored`` says it is stored: base offset and,
     but in msgpack v0, leader epoch written in; a msgpack v0 batch whose stored header
-    is v1 is upconverted first."""
+    is v1 is upconverted first (v1 and v2 batches are stamped as they are)."""
     if stored.kafka:
         return kafka.stamp_batch(data, stored.base_offset, stored.leader_epoch)
     if stored.version == BATCH_V0:
@@ -186,7 +190,8 @@ def stamp_stored(data: bytes | memoryview, stored: StoredHeader) -> bytes:
 def stamp_any_batch(data: bytes | memoryview, base_offset: int,
                     leader_epoch: int) -> bytes:
     """A batch of either format (or its first piece) with its base offset and partition
-    leader epoch set; a msgpack v0 batch becomes v1 to carry the epoch."""
+    leader epoch set; a msgpack v0 batch becomes v1 to carry the epoch (v1 and v2
+    carry one already)."""
     if data[0] != MSGPACK_MARKER:
         return kafka.stamp_batch(data, base_offset, leader_epoch)
     if data[1] == 0x95:

@@ -39,8 +39,6 @@ class KafkaDoor:
         self.translators = translators
         self.configs: ConfigView | None = None
         """Set at start: what DescribeConfigs answers (``broker.kafka.apis.configs``)."""
-        self.new_producer_id: Callable[[], int | None] | None = None
-        """Set at start: InitProducerId's source of ids (``broker.kafka.producer_ids``)."""
         self.addresses: Callable[[str], Mapping[int, KafkaAddress]] | None = None
         """Set at start on a single broker: its own address on each listener, by name
         (a translator that must know the brokers, such as a CreateTopics naming replicas,
@@ -61,8 +59,7 @@ class KafkaDoor:
             principal=conn.principal,
             addresses={} if self.addresses is None else self.addresses(conn.listener.name),
             allowed=None if self.access is None else self.access.allowed_for(conn),
-            configs=self.configs, new_producer_id=self.new_producer_id,
-            heartbeat_hold_ms=self.heartbeat_hold_ms)
+            configs=self.configs, heartbeat_hold_ms=self.heartbeat_hold_ms)
 
     def api_versions(self, version: int) -> Body:
         """The ApiVersions answer at a served version (an unserved one gets the codec's

@@ -64,9 +64,6 @@ class KafkaContext:
     """Topic and broker configs as Kafka names them (``broker.kafka.apis.configs``):
     DescribeConfigs and AlterConfigs answer from it, CreateTopics checks its ``configs``
     against it. None: those answer that configs are not available here."""
-    new_producer_id: Callable[[], int | None] | None = None
-    """A producer id never handed out before (``broker.kafka.producer_ids``), or None
-    when none can be had right now (InitProducerId answers a retriable error)."""
     heartbeat_hold_ms: int = 0
     """``--kafka-heartbeat-hold-ms``: the ``wait_ms`` a Kafka Heartbeat is dispatched with
     (0: answered at once)."""

@@ -1,8 +1,8 @@
 """A partition log's idempotent producers: built from the log, kept beside it.
 
 The rules are the sans-I/O core's (``broker.producers.state``); this module is what the
-log does for them: read each batch's producer fields (a Kafka batch's header; msgpack
-batches carry none yet), rebuild the state by reading the headers of the batches in the
+log does for them: read each batch's producer fields (a Kafka batch's header, a msgpack
+batch's in layout v2), rebuild the state by reading the headers of the batches in the
 log, and keep a snapshot file so that a clean restart reads one file rather than the log.
 
 The state is built only when first needed (an idempotent producer's first batch since
@@ -31,11 +31,15 @@ from groupwire.broker.producers.state import (
 )
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.segment import Segment
+from groupwire.protocol.batches import HEADER_SIZE_V2, BatchHeader
+from groupwire.protocol.batches import read_header as read_msgpack_header
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.kafka import records as kafka
 from groupwire.protocol.stored_batches import MSGPACK_MARKER, AnyHeader
 
 SNAPSHOT_FILE: Final = "producer-snapshot"
+V2_MARKER: Final = 0x99
+"""Byte 1 of a msgpack batch in layout v2, the one with producer fields (§5.1)."""
 
 
 class ProducerRefused(Exception):
@@ -53,16 +57,28 @@ REPLAY_STEP: Final = 512
 
 
 def producer_batch(header: AnyHeader) -> ProducerBatch | None:
-    """``header``'s producer fields, or None when it has no producer id (not idempotent)."""
-    if not isinstance(header, kafka.KafkaBatchHeader) or header.producer_id == NO_PRODUCER_ID:
-        return None
-    return ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
-                         header.last_offset_delta, header.max_timestamp_ms)
+    """``header``'s producer fields (a Kafka batch's, or a msgpack v2 batch's), or None
+    when it has no producer id (not idempotent)."""
+    if isinstance(header, kafka.KafkaBatchHeader):
+        if header.producer_id == NO_PRODUCER_ID:
+            return None
+        return ProducerBatch(header.producer_id, header.producer_epoch,
+                             header.base_sequence, header.last_offset_delta,
+                             header.max_timestamp_ms)
+    if isinstance(header, BatchHeader) and header.producer_id != NO_PRODUCER_ID:
+        return ProducerBatch(header.producer_id, header.producer_epoch, header.base_sequence,
+                             header.record_count - 1, header.base_timestamp_ms)
+    return None
 
 
 def read_producer_batch(data: bytes | memoryview, pos: int = 0) -> ProducerBatch | None:
-    """:func:`producer_batch` of the stored batch at ``pos`` of ``data``."""
-    if data[pos] == MSGPACK_MARKER or len(data) - pos < kafka.HEADER_SIZE:
+    """:func:`producer_batch` of the stored batch at ``pos`` of ``data`` (at least its
+    header)."""
+    if data[pos] == MSGPACK_MARKER:
+        if len(data) - pos < HEADER_SIZE_V2 or data[pos + 1] != V2_MARKER:
+            return None  # v0 and v1 carry no producer
+        return producer_batch(read_msgpack_header(data, pos))
+    if len(data) - pos < kafka.HEADER_SIZE:
         return None
     return producer_batch(kafka.read_header(data, pos))
 

@@ -25,9 +25,9 @@ are already Kafka's; the translators own where the two protocols differ:
   described or deleted, and creating them is refused with a message saying so.
 - DescribeUserScramCredentials with an empty list of users describes every user, as
   Kafka does (null does too).
-- DescribeCluster is a Metadata for no topic; InitProducerId is answered by the door
-  from ``KafkaContext.new_producer_id`` (idempotent producers only: a transactional id
-  is answered COORDINATOR_NOT_AVAILABLE until transactions exist).
+- DescribeCluster is a Metadata for no topic; InitProducerId is the msgpack door's
+  (idempotent producers only: a transactional id is answered COORDINATOR_NOT_AVAILABLE
+  until transactions exist).
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ from groupwire.protocol.messages import (
     DescribeAclsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataBroker,
     MetadataRequest,
     MetadataRequestTopic,
@@ -207,10 +209,6 @@ def _assignment_refusal(ctx: KafkaContext, replicas: Sequence[Sequence[int]]) ->
     return _Refused(int(ErrorCode.INVALID_REQUEST),
                     f"groupwire places replicas itself: a manual assignment is taken {taken}; "
                     f"leave it out and give the partition count (and replication factor)")
-
-
-def _answered_already(ctx: KafkaContext, body: Body, response: Response) -> Body:
-    raise AssertionError("answered without dispatching anything")
 
 
 _UNCHECKED_LIMITS: Final = Limits(max_partitions=sys.maxsize, default_partitions=1,
@@ -544,22 +542,17 @@ def _validate_growths(ctx: KafkaContext, kept: list[CreatePartitionsTopic],
 
 
 def _init_producer_id_request(ctx: KafkaContext, body: Body) -> Step:
-    if body.get("transactional_id") is not None:
-        # transactions do not exist yet: Kafka's answer while no transaction coordinator
-        # is available (clients retry, then give up after their own timeout)
-        return Answer(_producer_id(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-    if ctx.new_producer_id is None:
-        return Answer(_producer_id(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-    pid = ctx.new_producer_id()
-    if pid is None:  # the next block could not be written down: retriable
-        return Answer(_producer_id(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
-    return Answer({"throttle_time_ms": 0, "error_code": 0, "producer_id": pid,
-                   "producer_epoch": 0})
+    return Dispatch(InitProducerIdRequest(
+        transactional_id=body.get("transactional_id"),
+        transaction_timeout_ms=body["transaction_timeout_ms"]))
 
 
-def _producer_id(code: ErrorCode) -> Body:
-    return {"throttle_time_ms": 0, "error_code": int(code), "producer_id": _NO_PRODUCER,
-            "producer_epoch": _NO_PRODUCER}
+def _init_producer_id_response(ctx: KafkaContext, body: Body, response: Response) -> Body:
+    assert isinstance(response, InitProducerIdResponse)
+    return {"throttle_time_ms": 0, "error_code": kafka_code(response.error_code),
+            "producer_id": response.producer_id if not response.error_code else _NO_PRODUCER,
+            "producer_epoch": (response.producer_epoch if not response.error_code
+                               else _NO_PRODUCER)}
 
 
 # --- DescribeAcls (29), CreateAcls (30), DeleteAcls (31) --------------------------------
@@ -722,7 +715,7 @@ ADMIN_TRANSLATORS: dict[int, Translator] = {
     METADATA: Simple(_metadata_request, _metadata_response),
     CREATE_TOPICS: Simple(_create_topics_request, _create_topics_response),
     DELETE_TOPICS: Simple(_delete_topics_request, _delete_topics_response),
-    INIT_PRODUCER_ID: Simple(_init_producer_id_request, _answered_already),
+    INIT_PRODUCER_ID: Simple(_init_producer_id_request, _init_producer_id_response),
     DESCRIBE_ACLS: Simple(_describe_acls_request, _describe_acls_response),
     CREATE_ACLS: Simple(_create_acls_request, _create_acls_response),
     DELETE_ACLS: Simple(_delete_acls_request, _delete_acls_response),

@@ -15,6 +15,7 @@ from groupwire.broker.storage.producer_log import (
     ProducerRefused,
     producer_batch,
 )
+from groupwire.protocol import batches as mp
 from groupwire.protocol.batches import BatchRecord
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.kafka import records as kr
@@ -30,9 +31,35 @@ def batch(seq: int, count: int = 2, *, pid: int = PID, epoch: int = 0,
                            producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
+def msgpack_batch(seq: int, count: int = 2, *, pid: int = PID, epoch: int = 0) -> bytes:
+    """The same batch in the msgpack layout v2 (docs/protocol.md §5.1)."""
+    return mp.encode_batch([BatchRecord(value=b"v%d" % (seq + i), timestamp_ms=1_000 + seq)
+                            for i in range(count)],
+                           producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
 def send(log: PartitionLog, data: bytes) -> int:
-    header = kr.validate_batch(data)
+    header: kr.KafkaBatchHeader | mp.BatchHeader = (
+        mp.validate_batch(data) if data[0] == 0x92 else kr.validate_batch(data))
     return run_steps(log.append_steps(data, header, producer_batch(header)))
+
+
+def test_both_formats_share_one_producer_state(open_log: Callable[..., PartitionLog],
+                                               tmp_path: Path) -> None:
+    """A producer's msgpack v2 and Kafka batches follow one sequence: a retry in either
+    format is known, after a crash too (the log replayed)."""
+    log = open_log()
+    assert send(log, msgpack_batch(0)) == 0
+    assert send(log, batch(2)) == 2
+    assert send(log, msgpack_batch(4)) == 4
+    assert send(log, msgpack_batch(0)) == 0
+    with pytest.raises(ProducerRefused):
+        send(log, msgpack_batch(9))
+    log.close(sync=False)
+    log = open_log()
+    assert send(log, msgpack_batch(4)) == 4
+    assert send(log, batch(2)) == 2
+    assert log.log_end_offset == 6
 
 
 def test_a_retry_is_answered_with_the_first_offset_and_stored_nowhere(

@@ -33,6 +33,7 @@ from groupwire.protocol.messages import (
     DeleteTopicsResponse,
     DescribeAclsResponse,
     DescribeUserScramCredentialsResponse,
+    InitProducerIdResponse,
     MetadataBroker,
     MetadataPartition,
     MetadataResponse,
@@ -69,7 +70,8 @@ CASES: list[tuple[Any, Any, dict[str, Any], Response | None, Read, Any]] = [
      CreatePartitionsResponse(results=[CreatePartitionsTopicResult(name="t")]),
      lambda r: r["results"], [{"name": "t", "error_code": 0, "error_message": None}]),
     (kproducer.InitProducerIdRequest, kproducer.InitProducerIdResponse,
-     {"transactional_id": None, "transaction_timeout_ms": 1000}, None,
+     {"transactional_id": None, "transaction_timeout_ms": 1000},
+     InitProducerIdResponse(producer_id=5, producer_epoch=0),
      lambda r: (r["producer_id"], r["producer_epoch"]), (5, 0)),
     (kadmin.DescribeAclsRequest, kadmin.DescribeAclsResponse, _FILTER,
      DescribeAclsResponse(), lambda r: r["resources"], []),
@@ -139,7 +141,7 @@ def test_through_the_codec(request_cls: Any, response_cls: Any, fields: dict[str
     assert decoded.header.api_key == request_cls.API_KEY
     context = KafkaContext(
         api_version=version, client_id="kafka-python", principal="User:a",
-        addresses={0: KafkaAddress(0, "k", 19092)}, new_producer_id=lambda: 5,
+        addresses={0: KafkaAddress(0, "k", 19092)},
         configs=BrokerConfigs(BrokerSettings(), topic_exists=lambda n: n == "t"))
     translator = ADMIN_TRANSLATORS[request_cls.API_KEY]
     step = translator.request(context, decoded.body)

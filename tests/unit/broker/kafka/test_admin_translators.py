@@ -114,6 +114,8 @@ from groupwire.protocol.messages import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
     DescribeUserScramCredentialsResult,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataBroker,
     MetadataPartition,
     MetadataRequest,
@@ -662,33 +664,32 @@ def test_create_partitions_validate_only() -> None:
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_init_producer_id_hands_out_an_id_at_epoch_0(version: int) -> None:
-    ids = iter([7, 8])
-    context = ctx(version, new_producer_id=lambda: next(ids))
-    body = oracle.request(KInitProducerIdRequest, version, transactional_id=None,
+@pytest.mark.parametrize("transactional_id", [None, "txn-1"])
+def test_init_producer_id_goes_to_the_broker_as_it_came(version: int,
+                                                        transactional_id: str | None) -> None:
+    body = oracle.request(KInitProducerIdRequest, version, transactional_id=transactional_id,
                           transaction_timeout_ms=60000)
-    first = oracle.response(KInitProducerIdResponse, version,
-                            answered(INIT_PRODUCER_ID, context, body))
-    second = answered(INIT_PRODUCER_ID, context, body)
-    assert first == {"throttle_time_ms": 0, "error_code": 0, "producer_id": 7,
-                     "producer_epoch": 0}
-    assert second["producer_id"] == 8
+    step = ADMIN_TRANSLATORS[INIT_PRODUCER_ID].request(ctx(version), body)
+    assert step == Dispatch(InitProducerIdRequest(transactional_id=transactional_id,
+                                                    transaction_timeout_ms=60000))
 
 
-@pytest.mark.parametrize(("transactional_id", "provider", "code"), [
-    ("txn-1", lambda: 1, kerr.CoordinatorNotAvailableError.errno),  # no transactions yet
-    (None, None, kerr.CoordinatorNotAvailableError.errno),          # door without ids
-    (None, lambda: None, kerr.CoordinatorLoadInProgressError.errno),  # could not reserve
+@pytest.mark.parametrize(("answer", "expected"), [
+    (InitProducerIdResponse(producer_id=7, producer_epoch=0),
+     {"error_code": 0, "producer_id": 7, "producer_epoch": 0}),
+    (InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message="no"),
+     {"error_code": kerr.CoordinatorNotAvailableError.errno, "producer_id": -1,
+      "producer_epoch": -1}),
+    (InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+     {"error_code": kerr.CoordinatorLoadInProgressError.errno, "producer_id": -1,
+      "producer_epoch": -1}),
 ])
-def test_init_producer_id_refusals_are_retriable(transactional_id: str | None,
-                                                 provider: Any, code: int) -> None:
-    body = oracle.request(KInitProducerIdRequest, 1, transactional_id=transactional_id,
+def test_init_producer_id_answers_as_the_broker_did(answer: Any, expected: Body) -> None:
+    body = oracle.request(KInitProducerIdRequest, 1, transactional_id=None,
                           transaction_timeout_ms=60000)
-    got = oracle.response(KInitProducerIdResponse, 1, answered(
-        INIT_PRODUCER_ID, ctx(1, new_producer_id=provider), body))
-    assert got == {"throttle_time_ms": 0, "error_code": code, "producer_id": -1,
-                   "producer_epoch": -1}
-    assert kerr.for_code(code).retriable
+    got = oracle.response(KInitProducerIdResponse, 1, ADMIN_TRANSLATORS[INIT_PRODUCER_ID].response(
+        ctx(1), body, answer))
+    assert got == {"throttle_time_ms": 0, **expected}
 
 
 # --- DescribeAcls, CreateAcls, DeleteAcls -----------------------------------------------

@@ -9,10 +9,10 @@ directory) whatever ``--fsync`` says, as the storage id is. A broker that crashe
 after the last block it reserved, losing at most the rest of that block; ids are int64,
 so a block of 1000 per restart never runs out.
 
-The door asks :meth:`LocalProducerIds.next_id` on the event loop (``KafkaContext.
-new_producer_id``); one call in ``block_size`` writes the file there, a few hundred
-microseconds to a few milliseconds of fsync. A failed write hands out nothing (None) and
-is tried again on the next call.
+The broker asks :meth:`LocalProducerIds.next_id` on the event loop, answering
+InitProducerId through either door; one call in ``block_size`` writes the file there, a
+few hundred microseconds to a few milliseconds of fsync. A failed write hands out
+nothing (None) and is tried again on the next call.
 
 In a cluster, ids must also differ between brokers: each broker would claim its blocks
 from etcd instead (a key holding the next free block, advanced with a compare-and-swap
@@ -30,7 +30,7 @@ from groupwire.broker.logs import get_logger
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
 
-log = get_logger("groupwire.kafka")
+log = get_logger("groupwire.storage")
 
 PRODUCER_IDS_FILE: Final = "producer-ids"
 FORMAT: Final = 1
@@ -40,7 +40,7 @@ MAX_PRODUCER_ID: Final = 2**63 - 1
 
 
 class ProducerIds(Protocol):
-    """What the Kafka door hands InitProducerId (``KafkaContext.new_producer_id``)."""
+    """Where InitProducerId's answers come from."""
 
     def next_id(self) -> int | None:
         """An id never handed out before, or None if none can be had right now."""

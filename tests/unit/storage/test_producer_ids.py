@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from groupwire.broker.kafka.producer_ids import (
+from groupwire.broker.storage import FileOps, StorageError
+from groupwire.broker.storage.producer_ids import (
     MAX_PRODUCER_ID,
     PRODUCER_IDS_FILE,
     LocalProducerIds,
 )
-from groupwire.broker.storage import FileOps, StorageError
 
 
 class RecordingOps(FileOps):
