@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from groupwire.client.sequences import BatchSequence
 from groupwire.client.types import TopicPartition
 from groupwire.protocol.batches import BatchWriter
 
@@ -79,6 +80,9 @@ class Batch(Generic[H]):
     last_error: BaseException | None = None
     done: bool = False
     settled: object | None = None  # the sender's "this batch is done" signal, for flush
+    sequence: BatchSequence | None = None
+    """An idempotent producer's numbering of the batch, given when it is first sent (and
+    kept for its retries, which resend the same bytes)."""
 
     @property
     def record_count(self) -> int:

@@ -71,6 +71,7 @@ __all__ = [
     "InvalidCommitOffsetSizeError",
     "InvalidGroupIdError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
@@ -90,6 +91,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
     "PartitionNotOwnedError",
     "PolicyViolationError",
     "ProtocolError",
@@ -438,6 +440,22 @@ class InvalidRequestError(BrokerResponseError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    """An idempotent producer's batch did not follow the last one the partition stored
+    from it (docs/protocol.md §5.4): the batch fails, and the producer goes on with a new
+    producer id."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    """An idempotent producer's batch carried an older epoch than the partition has seen
+    from its producer id: the batch fails, and the producer goes on with a new producer
+    id."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
 class PolicyViolationError(BrokerResponseError):
     """A valid request beyond a limit the broker's operator set (e.g. --max-partitions)."""
 
@@ -532,6 +550,8 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.INVALID_REPLICATION_FACTOR: InvalidReplicationFactorError,
     ErrorCode.NOT_CONTROLLER: NotControllerError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceNumberError,
+    ErrorCode.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
     ErrorCode.POLICY_VIOLATION: PolicyViolationError,
     ErrorCode.KAFKA_STORAGE_ERROR: KafkaStorageError,
     ErrorCode.NON_EMPTY_GROUP: NonEmptyGroupError,

@@ -10,12 +10,19 @@ resolves the futures from the answers, and puts batches that met a retriable err
 at the head of their partition's queue; an answer saying the leader moved also marks the
 metadata stale, so the retry goes to the new leader. A partition has one request in
 flight at a time, so retries never reorder its records.
+
+With idempotence on (the default), the sender first gets a producer id (InitProducerId)
+and numbers each batch when it first sends it, per partition
+(:class:`~groupwire.client.sequences.ProducerSequences`); a retry resends the same bytes,
+so the broker recognises a batch it stored already whose answer was lost, and answers it
+with the offsets it got then instead of storing it twice (docs/protocol.md §5.4).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 from collections.abc import Callable, Sequence
 from time import time_ns as _time_ns
@@ -36,22 +43,30 @@ from groupwire.client.errors import (
     ConnectionClosedError,
     GroupwireError,
     IllegalStateError,
+    InvalidProducerEpochError,
     LeaderNotAvailableError,
+    OutOfOrderSequenceNumberError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_for,
 )
 from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
+from groupwire.client.sequences import ProducerSequences
 from groupwire.client.supervisor import cancel_and_wait
 from groupwire.client.types import RecordMetadata, TopicPartition, choose_bootstrap
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import murmur2
 from groupwire.protocol.messages import (
+    ApiKey,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     PartitionProduceData,
     ProduceRequest,
     ProduceResponse,
     TopicProduceData,
 )
+
+log = logging.getLogger("groupwire.producer")
 
 Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
@@ -97,6 +112,23 @@ class Producer:
     and ``sasl_plain_password`` are aiokafka's (or pass one ``security``). A topic the
     broker's ACLs do not let this client write fails its sends with
     :class:`TopicAuthorizationFailedError`, never retried.
+
+    ``enable_idempotence`` (Kafka's ``enable.idempotence``, on by default as in Kafka's
+    producer since 3.0): the producer asks the broker for a producer id before its first
+    batch and numbers its records per partition, so that a batch it sends again after
+    losing the answer is stored once, the broker answering the resend with the offsets
+    the batch got the first time (docs/protocol.md §5.4). It needs ``acks="all"``:
+    ``enable_idempotence=True`` with ``acks=1`` is a ValueError, while ``acks=1`` with
+    ``enable_idempotence`` left unset (None) turns idempotence off, as Kafka's producer
+    does since 3.2 when the user did not ask for it. A broker without InitProducerId (an
+    older one) makes the producer send without it, with one warning logged. A batch the
+    broker refuses as out of order (:class:`OutOfOrderSequenceNumberError`) or of an old
+    producer epoch (:class:`InvalidProducerEpochError`) fails its records, and the
+    producer goes on with a new producer id (a warning is logged); so it does, without
+    the warning, after a batch fails whose records the broker may or may not have stored
+    (its delivery timeout ran out, say). ``enable_idempotence=False`` sends batches
+    without producer fields (layout v1), and a resend after a lost answer may store
+    them twice.
     """
 
     def __init__(self, bootstrap: str | Sequence[str] | None = None, *,
@@ -114,12 +146,19 @@ class Producer:
                  sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None,
+                 enable_idempotence: bool | None = None) -> None:
         if acks == 0 and not isinstance(acks, bool):
             raise ValueError("acks=0 is not supported: the broker answers every Produce; "
                              "use acks=1 (leader) or 'all' (every in-sync replica)")
         if isinstance(acks, bool) or acks not in (1, -1, "all"):
             raise ValueError(f"acks must be 1, -1 or 'all', got {acks!r}")
+        if enable_idempotence is None:
+            # Kafka (3.2+): idempotence is on unless the user's own settings conflict
+            enable_idempotence = acks != 1
+        elif enable_idempotence and acks == 1:
+            raise ValueError("enable_idempotence=True needs acks='all' (or -1), got acks=1: "
+                             "set acks='all' or enable_idempotence=False")
         if linger_ms < 0 or max_batch_bytes <= 0 or request_timeout_ms <= 0:
             raise ValueError("linger_ms >= 0, max_batch_bytes > 0, request_timeout_ms > 0")
         if delivery_timeout_ms is None:
@@ -131,6 +170,10 @@ class Producer:
                 f"Kafka: a send needs time for at least one whole attempt")
         self.acks = -1 if acks == "all" else int(acks)
         """As sent in each Produce: 1 or -1 (``"all"``)."""
+        self.enable_idempotence = bool(enable_idempotence)
+        """Whether this producer numbers its batches for the broker to deduplicate (the
+        setting as resolved; it stays on when a broker turns out not to serve it, which
+        :attr:`idempotent` then tells)."""
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.max_buffer_bytes = max(max_buffer_bytes, max_batch_bytes)
@@ -164,6 +207,9 @@ class Producer:
         self._wakeup: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
         self._flushing = 0
+        self._sequences = ProducerSequences()
+        self._idempotent = self.enable_idempotence   # off once a broker lacks InitProducerId
+        self._new_id_wanted = self.enable_idempotence  # before the next batch is numbered
         self._started = False
         self._closing = False
         self._closed = False
@@ -370,6 +416,12 @@ class Producer:
         return future
 
     @property
+    def idempotent(self) -> bool:
+        """Whether batches go out numbered for the broker to deduplicate:
+        :attr:`enable_idempotence`, unless the broker does not serve InitProducerId."""
+        return self._idempotent
+
+    @property
     def cluster(self) -> Cluster:
         """The connection shell this producer sends through (connecting, retries,
         metadata): read-only, for tools and tests that look underneath."""
@@ -479,11 +531,46 @@ class Producer:
         self._acc.take(batches, loop.time(), self.delivery_timeout_ms / 1000)
         self._in_flight = batches
         try:
+            if self._new_id_wanted:
+                try:
+                    await self._init_producer_id()
+                except (GroupwireError, ConnectionError) as exc:
+                    # retried with the batches' backoff, until their delivery timeout
+                    for batch in batches:
+                        self._retry_or_fail(batch, exc, retriable=_retriable(exc))
+                    return
             by_node = await self._route(batches)
             await asyncio.gather(*(self._send_to_leader(node, group)
                                    for node, group in by_node.items()))
         finally:
             self._in_flight = []
+
+    async def _init_producer_id(self) -> None:
+        """A producer id and epoch from any broker, every partition numbered from 0 again
+        (or idempotence off, with a warning, when the broker does not serve InitProducerId).
+        Raises what the broker answered otherwise (COORDINATOR_LOAD_IN_PROGRESS, say)."""
+        cluster = self._cluster
+        await cluster.connection()  # its ApiVersions answer says whether the API is served
+        resp = InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
+        if ApiKey.INIT_PRODUCER_ID in cluster.api_versions:
+            resp = await cluster.send(InitProducerIdRequest(),
+                                      response_type=InitProducerIdResponse)
+        if resp.error_code == ErrorCode.NONE:
+            self._sequences.reset(resp.producer_id, resp.producer_epoch)
+            self._new_id_wanted = False
+        elif resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            log.warning("producer %s: the broker does not serve InitProducerId (an older "
+                        "broker): sending without idempotence, so a batch resent after a "
+                        "lost answer may be stored twice", cluster.client_id)
+            self._idempotent = self._new_id_wanted = False
+        else:
+            raise error_for(resp.error_code, resp.error_message or "InitProducerId")
+
+    def _want_new_id(self) -> None:
+        """The next batches are numbered under a new producer id (asked before the next
+        round): a batch failed whose numbers the broker may hold, or refused them."""
+        if self._idempotent and not self._closed:
+            self._new_id_wanted = True
 
     async def _route(self, batches: list[_Batch]) -> dict[int, list[_Batch]]:
         """Batches by their partition's leader; those without one are put back (retried
@@ -509,9 +596,18 @@ class Producer:
 
     async def _send_to_leader(self, node: int, batches: list[_Batch]) -> None:
         by_topic: dict[str, list[PartitionProduceData]] = {}
+        sequences = self._sequences if self._idempotent else None
         for batch in batches:
+            if sequences is not None and batch.sequence is None:
+                # numbered when first sent; a retry resends the bytes built here
+                batch.sequence = seq = sequences.assign(batch.tp, len(batch.writer))
+                records = batch.writer.build(producer_id=seq.producer_id,
+                                             producer_epoch=seq.producer_epoch,
+                                             base_sequence=seq.base_sequence)
+            else:
+                records = batch.writer.build()
             by_topic.setdefault(batch.tp.topic, []).append(
-                PartitionProduceData(index=batch.tp.partition, records=batch.writer.build()))
+                PartitionProduceData(index=batch.tp.partition, records=records))
         request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
                                  topic_data=[TopicProduceData(name=t, partition_data=parts)
                                              for t, parts in by_topic.items()])
@@ -548,23 +644,31 @@ class Producer:
                 self._fresh_until.pop(batch.tp.topic, None)
             if code in STALE_METADATA_ERRORS:
                 self._cluster.mark_stale()
-            self._retry_or_fail(batch, err, retriable=err.retriable)
+            # a refusal that is final (not retriable) stored nothing of the batch
+            self._retry_or_fail(batch, err, retriable=err.retriable,
+                                refused=not err.retriable)
 
-    def _retry_or_fail(self, batch: _Batch, exc: BaseException, *, retriable: bool) -> None:
+    def _retry_or_fail(self, batch: _Batch, exc: BaseException, *, retriable: bool,
+                       refused: bool = False) -> None:
         loop = asyncio.get_running_loop()
         delay = backoff_s(batch.attempts - 1, self._cluster.retry_backoff_ms,
                           self._cluster.retry_backoff_max_ms)
         if not retriable or self._closed or loop.time() + delay >= batch.deadline:
             if not isinstance(exc, GroupwireError):
                 exc = RequestTimedOutError(f"{batch.tp.topic}[{batch.tp.partition}]: {exc}")
-            self._complete(batch, exc)
+            self._complete(batch, exc, refused=refused)
             return
         self._acc.retry(batch, exc, loop.time() + delay)
         self._wake()
 
-    def _complete(self, batch: _Batch, exc: BaseException | None, base: int = -1) -> None:
+    def _complete(self, batch: _Batch, exc: BaseException | None, base: int = -1, *,
+                  refused: bool = False) -> None:
+        """Settle ``batch``'s futures; ``refused``: the broker's answer to it was a final
+        refusal (nothing of it stored)."""
         if not self._acc.complete(batch):
             return
+        if exc is not None and batch.sequence is not None:
+            self._sequence_failed(batch, exc, refused=refused)
         settled = batch.settled
         if isinstance(settled, asyncio.Future) and not settled.done():
             settled.set_result(None)
@@ -587,6 +691,30 @@ class Producer:
             if not future.done():
                 future.set_result(RecordMetadata(topic, partition, offset, ts))
             offset += 1
+
+    def _sequence_failed(self, batch: _Batch, exc: BaseException, *, refused: bool) -> None:
+        """A numbered batch failed: the numbers the partition goes on with.
+
+        Out of order or of a fenced epoch, the broker will refuse what follows too: a new
+        producer id. Refused outright on its only attempt, its numbers are given back to
+        its partition. Otherwise the broker may hold it (an attempt whose answer was lost,
+        a timeout) or not, and the next batch's numbers could leave a gap or repeat its
+        own: a new producer id, which the broker takes at any number."""
+        seq = batch.sequence
+        assert seq is not None
+        sequences = self._sequences
+        if isinstance(exc, OutOfOrderSequenceNumberError | InvalidProducerEpochError):
+            if seq.producer_id == sequences.producer_id and not self._closed:
+                log.warning("producer %s: %s[%d] refused a batch (%s): going on with a new "
+                            "producer id", self._cluster.client_id, batch.tp.topic,
+                            batch.tp.partition, ErrorCode.name_of(exc.code))
+                self._want_new_id()
+            return
+        if refused and batch.attempts == 1 and sequences.give_back(
+                batch.tp, seq, len(batch.writer)):
+            return
+        if seq.producer_id == sequences.producer_id:
+            self._want_new_id()
 
     def _fail_all(self, exc: BaseException) -> None:
         for batch in self._acc.pop_all():

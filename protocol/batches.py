@@ -357,7 +357,9 @@ class BatchWriter:
 
     ``version`` and the producer fields are :func:`encode_batch`'s (a producer id makes
     the batch v2, ``version`` then saying 1 or 2) and are checked here; they change the
-    header alone, built once by :meth:`build`.
+    header alone, built once by :meth:`build`, which may also be given the producer
+    fields: an idempotent producer numbers a batch when it first sends it, long after its
+    records were packed.
     """
 
     __slots__ = ("_base_ts", "_built", "_count", "_pack", "_packer", "_pieces", "_producer",
@@ -422,9 +424,27 @@ class BatchWriter:
             raise TypeError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
         raise TypeError("a record's key and value must be bytes or None")
 
-    def build(self) -> bytes:
+    def build(self, *, producer_id: int = NO_PRODUCER_ID,
+              producer_epoch: int = NO_PRODUCER_ID,
+              base_sequence: int = NO_PRODUCER_ID) -> bytes:
         """The batch as a producer sends it (base offset 0, leader epoch -1); built once,
-        after which the writer takes no more records."""
+        after which the writer takes no more records and every call returns the same
+        bytes.
+
+        Given a ``producer_id`` (with its epoch and the first record's sequence, checked
+        as the constructor checks them), the batch is built in layout v2 with these
+        fields, in place of the constructor's; a writer built already refuses other
+        producer fields than it was built with (LocalProtocolError)."""
+        if producer_id != NO_PRODUCER_ID or producer_epoch != NO_PRODUCER_ID \
+                or base_sequence != NO_PRODUCER_ID:
+            version, producer = _layout(self.version, producer_id, producer_epoch,
+                                        base_sequence)
+            if self._built is not None:
+                if producer != self._producer:
+                    raise LocalProtocolError(
+                        "the batch was built with other producer fields")
+                return self._built
+            self.version, self._producer = version, producer
         if self._built is not None:
             return self._built
         count = self._count

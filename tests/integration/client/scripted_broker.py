@@ -1,7 +1,8 @@
 """Scripted fake brokers on loopback, for SDK routing tests without a cluster.
 
-Each :class:`ScriptedNode` answers ApiVersions as a real broker does and every other
-request from the test's handler, ``handler(node, request) -> Response`` (may be async);
+Each :class:`ScriptedNode` answers ApiVersions and InitProducerId (a producer id of its
+own, for an idempotent producer) as a real broker does and every other request from the
+test's handler, ``handler(node, request) -> Response`` (may be async);
 it records what it was sent. :func:`metadata` builds the Metadata answer a cluster of
 such nodes would give.
 """
@@ -21,6 +22,8 @@ from groupwire.protocol.messages import (
     ApiVersion,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataBroker,
     MetadataPartition,
     MetadataResponse,
@@ -72,6 +75,9 @@ class ScriptedNode:
                 api_keys=[ApiVersion(api_key=int(k), min_version=lo, max_version=hi)
                           for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())],
                 max_frame_bytes=8 * 1024 * 1024)
+        elif isinstance(request, InitProducerIdRequest):
+            self.requests.append(request)
+            resp = InitProducerIdResponse(producer_id=1000 * self.node_id, producer_epoch=0)
         else:
             self.requests.append(request)
             out = self.handler(self, request)

@@ -31,6 +31,8 @@ from groupwire.protocol.messages import (
     FetchTopicResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     MetadataBroker,
@@ -77,6 +79,8 @@ class Broker:
                                       replica_nodes=[1], isr_nodes=[1])])])
         if isinstance(request, FindCoordinatorRequest):
             return FindCoordinatorResponse(node_id=1, host=self.fake.host, port=self.fake.port)
+        if isinstance(request, InitProducerIdRequest):  # an idempotent producer's first ask
+            return InitProducerIdResponse(producer_id=1, producer_epoch=0)
         raise AssertionError(f"unexpected {request!r}")
 
 
