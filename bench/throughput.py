@@ -3,7 +3,9 @@
 100-byte records: produced in batches (groupwire's Producer, ``create_batch()`` filled to
 its ``max_batch_bytes`` and ``send_batch()``, partitions in turn, as bulk producing is
 written; XADD pipelined through redis-py with hiredis), and once more with one
-``Producer.send()`` a record (figure "groupwire produce send()"), then consumed and
+``Producer.send()`` a record (figure "groupwire produce send()"), and once more in
+batches with ``enable_idempotence=False`` (the producer's default is on: the ratio is
+what numbering batches for the broker's deduplication costs), then consumed and
 committed by one consumer in this process and by
 four consumers in separate processes (groupwire's Consumer with a commit after every poll;
 XREADGROUP COUNT 500 + XACK). Each phase runs to ``--records`` or ``--seconds``, whichever
@@ -59,16 +61,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def gw_produce(address: str, topic: str, records: int, limit_s: float, *,
-                     batches: bool = False) -> Phase:
+                     batches: bool = False, idempotence: bool = True) -> Phase:
     """``records`` records on PARTITIONS partitions, timed until ``flush()`` returned:
     with ``batches``, ``create_batch()`` filled until ``append`` says it is full, then
     ``send_batch()``, a partition after the other; else one ``send()`` a record,
-    partitions in turn."""
+    partitions in turn. ``idempotence``: the producer's ``enable_idempotence`` (on by
+    default)."""
     from groupwire.client import Admin, Producer
 
     async with Admin(address) as admin:
         await admin.create_topics(topic, num_partitions=PARTITIONS)
-    async with Producer(address) as producer:
+    async with Producer(address, enable_idempotence=idempotence) as producer:
         await producer.partitions_for(topic)
         t0 = time.monotonic()
         sent = 0
@@ -224,6 +227,8 @@ async def one_round(broker: BrokerProc, redis_url: str | None, tag: str, records
     await timed("gw produce", lambda: gw_produce(broker.address, topic, records, limit_s,
                                                  batches=True))
     produced = out["gw produce"].records
+    await timed("gw produce no idempotence", lambda: gw_produce(
+        broker.address, f"{topic}-plain", records, limit_s, batches=True, idempotence=False))
     await timed("gw produce send()", lambda: gw_produce(
         broker.address, f"{topic}-send", records, limit_s))
     stream = f"gwbench:{tag}"
@@ -260,6 +265,9 @@ async def one_round(broker: BrokerProc, redis_url: str | None, tag: str, records
 
 PHASES = ("produce", "produce send()", "consume x1", "consume x4")
 GOAL_RATIO = ">= 1"
+GOAL_IDEMPOTENCE = ">= 0.9"
+"""The idempotent producer (the default) against the same batches without producer ids,
+in the same round."""
 PATHS = {"gw produce": "Producer.create_batch() + send_batch(), full 1 MiB batches",
          "gw produce send()": "one Producer.send() a record"}
 """Which SDK path each groupwire produce figure measures (said in its note)."""
@@ -292,6 +300,13 @@ def figures(results: list[dict[str, Phase]], settings: dict[str, Any],
             fig = Figure(f"{phase} groupwire / redis", "ratio", ratios, settings)
             goal = GOALS.get(phase, GOAL_RATIO)
             figs.append(with_goal(fig, goal) if goal else fig)
+    plain = [r["gw produce no idempotence"].rate for r in results]
+    figs.append(Figure("groupwire produce, idempotence off", "records/s", plain, settings,
+                       note=PATHS["gw produce"] + "; enable_idempotence=False"))
+    ratios = [r["gw produce"].rate / r["gw produce no idempotence"].rate
+              for r in results if r["gw produce no idempotence"].rate > 0]
+    figs.append(with_goal(Figure("produce idempotence on / off", "ratio", ratios, settings),
+                          GOAL_IDEMPOTENCE))
     return figs
 
 

@@ -37,7 +37,12 @@ from groupwire.cli.chaos.cluster import (
 )
 from groupwire.cli.chaos.fatal import FATAL_PREFIX, explain
 from groupwire.cli.chaos.options import ChaosFatal, ChaosOptions
-from groupwire.cli.chaos.replica_logs import rebalance_times, replicas_of, values
+from groupwire.cli.chaos.replica_logs import (
+    read_partition,
+    rebalance_times,
+    replicas_of,
+    values,
+)
 from groupwire.cli.chaos.report_hook import write_rebalance_report
 from groupwire.cli.chaos.schedule import Fault, draw
 from groupwire.cli.chaos.verdict import (
@@ -51,6 +56,7 @@ from groupwire.cli.chaos.verdict import (
     judge,
     produce_gaps,
     read_journals,
+    stored_twice,
 )
 from groupwire.cli.child_security import child_env, open_connection
 from groupwire.cli.output import table
@@ -252,12 +258,17 @@ async def _scenario(run: Run) -> Verdict:
                     run.samples, opts.partitions, run.fault_times, end_t, bound)
     if run.cluster is not None:
         await run.cluster.stop_brokers(BROKER_STOP_S)  # their logs are still from here on
-        verdict.cluster = _cluster_findings(run, events)
+        verdict.cluster = _cluster_findings(run, events, verdict)
         # a cluster's partition leaders serve a group's fetches unchecked (only the
         # coordinator knows the members, docs/design/cluster.md): not a violation there
         served = [x for x in verdict.zombie_accepted if x.startswith("fetch ")]
         verdict.zombie_accepted = [x for x in verdict.zombie_accepted if x not in served]
         verdict.cluster.zombie_fetches_served = len(served)
+    elif run.broker is not None:  # production is over: nothing writes the topic's log
+        data = run.workdir / "broker-data"
+        verdict.log_duplicates = stored_twice({
+            p: values(read_partition(data, run.topic, p) or [])
+            for p in range(opts.partitions)})
     _print(run, verdict)
     if run.on_verdict is not None:
         run.on_verdict(summary(run, verdict))
@@ -300,7 +311,8 @@ async def _healthy(run: Run, timeout: float) -> bool:
         await asyncio.sleep(0.2)  # metadata has no watch for clients: poll it
 
 
-def _cluster_findings(run: Run, events: list[dict[str, object]]) -> ClusterFindings:
+def _cluster_findings(run: Run, events: list[dict[str, object]],
+                      verdict: Verdict) -> ClusterFindings:
     """Read every replica's log from the stopped brokers' data dirs and judge them."""
     cluster = run.cluster
     assert cluster is not None
@@ -327,6 +339,9 @@ def _cluster_findings(run: Run, events: list[dict[str, object]]) -> ClusterFindi
     found.coordinator_faults = len(run.coordinator_fault_times)
     found.offset_samples = len(run.samples)
     found.acked_missing = acked_missing(run.acked_values, stored)
+    # the longest replica of each partition: the leader's, or one that holds all of it
+    verdict.log_duplicates = stored_twice({p: max(replicas, key=len, default={})
+                                           for p, replicas in stored.items()})
     start, end = run.produce_span
     found.produce_unavailable_s = produce_gaps(
         ((t, p) for (p, _), t in run.acked_at.items()), run.opts.partitions, start, end)
@@ -872,6 +887,8 @@ def _print(run: Run, v: Verdict) -> None:
         ("lost", len(v.lost)),
         ("duplicates (a consumer died before committing)",
          f"{v.duplicates} ({len(v.unexplained_duplicates)} unexplained)"),
+        ("records stored twice in the log (idempotent producer)",
+         "not read" if v.log_duplicates is None else v.log_duplicates),
         ("committed offsets went backwards", len(v.offsets_backwards)),
         ("partition owned twice in a generation", len(v.double_owned)),
         ("zombie fetches / commits refused after the freeze",

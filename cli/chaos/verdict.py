@@ -30,6 +30,10 @@ class Verdict:
     longest_unowned_s: dict[int, float] = field(default_factory=dict)
     cluster: ClusterFindings | None = None
     """What only a run against its own cluster checks (``--cluster``)."""
+    log_duplicates: int | None = None
+    """Records the topic's log holds more than once (every value the producer sends is
+    new), read from the run's own broker's data dir after the run; None when the run had
+    no broker of its own. The producer is idempotent: any is a violation."""
 
     @property
     def violations(self) -> list[str]:
@@ -40,6 +44,9 @@ class Verdict:
         if self.unexplained_duplicates:
             out.append(f"{len(self.unexplained_duplicates)} duplicates not explained by a "
                        f"fault before commit (first: {self.unexplained_duplicates[:5]})")
+        if self.log_duplicates:
+            out.append(f"{self.log_duplicates} records stored twice in the log by the "
+                       f"idempotent producer")
         out += [f"committed offset went backwards: {x}" for x in self.offsets_backwards]
         out += [f"partition owned twice in one generation: {x}" for x in self.double_owned]
         out += [f"broker accepted a zombie's {x}" for x in self.zombie_accepted]
@@ -55,6 +62,7 @@ class Verdict:
             "produced": self.produced, "processed_distinct": self.processed,
             "lost": len(self.lost), "duplicates": self.duplicates,
             "unexplained_duplicates": len(self.unexplained_duplicates),
+            "log_duplicates": self.log_duplicates,
             "offsets_backwards": self.offsets_backwards, "double_owned": self.double_owned,
             "zombie_commits_refused": self.zombie_commits_refused,
             "zombie_fetches_refused": self.zombie_fetches_refused,
@@ -161,6 +169,16 @@ def epoch_conflicts(replicas: dict[int, list[StoredBatch]]) -> list[str]:
                                f"brokers {a} and {b} hold different batches")
                     break
     return out
+
+
+def stored_twice(stored: dict[int, dict[int, bytes | None]]) -> int:
+    """Records held more than once: per partition (offset -> value), every copy of a
+    value past its first."""
+    twice = 0
+    for by_offset in stored.values():
+        counts = Counter(v for v in by_offset.values() if v is not None)
+        twice += sum(n - 1 for n in counts.values() if n > 1)
+    return twice
 
 
 def acked_missing(acked: dict[tuple[int, int], bytes],

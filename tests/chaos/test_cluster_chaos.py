@@ -144,6 +144,7 @@ def test_a_short_cluster_run_loses_nothing(tmp_path: Path) -> None:
     assert verdict == json.loads((report / "verdict.json").read_text())
     cluster = verdict["cluster"]
     assert verdict["produced"] > 0 and verdict["lost"] == 0
+    assert verdict["log_duplicates"] == 0  # leaders killed; the producer idempotent
     assert cluster["brokers"] == 3
     assert cluster["acked_lost"] == 0 and cluster["acked_missing_from_logs"] == 0
     assert cluster["offsets_regressed"] == 0 and verdict["offsets_backwards"] == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from groupwire.cli.chaos.verdict import judge
+from groupwire.cli.chaos.verdict import Verdict, judge, stored_twice
 
 
 def ev(t: float, journal: str, event: str, **fields: object) -> dict[str, object]:
@@ -129,3 +129,13 @@ def test_refused_and_unanswered_probes_are_counted() -> None:
     assert (v.zombie_probes, v.zombie_probes_unanswered) == (2, 1)
     assert (v.zombie_fetches_refused, v.zombie_commits_refused) == (2, 1)
     assert v.violations == []
+
+
+def test_stored_twice_counts_each_copy_of_a_value_past_its_first() -> None:
+    stored = {0: {0: b"r0", 1: b"r1", 2: b"r0", 3: b"r0", 4: None, 5: None},
+              1: {0: b"r0", 1: b"r2"}}  # another partition's r0 is another record
+    assert stored_twice(stored) == 2
+    assert stored_twice({0: {0: b"a", 1: b"b"}}) == 0
+    verdict = Verdict(log_duplicates=2)
+    assert any("2 records stored twice" in v for v in verdict.violations)
+    assert Verdict(log_duplicates=None).violations == []

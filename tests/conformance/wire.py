@@ -45,6 +45,7 @@ class Api:
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -58,8 +59,8 @@ class Api:
     ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
-ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 23, 29, 30, 31,
-                36, 37, 42, 43, 47, 50, 51)
+ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 29, 30,
+                31, 36, 37, 42, 43, 47, 50, 51)
 
 
 class Err:
@@ -84,6 +85,8 @@ class Err:
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    INVALID_PRODUCER_EPOCH = 47
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     GROUP_SUBSCRIBED_TO_TOPIC = 86
@@ -378,6 +381,7 @@ RESPONSE_SCHEMAS: dict[int, dict[str, Any]] = {
         "topics": [{"name": "str", "partitions": [
             {"partition_index": "int", "error_code": "int"}]}],
     },
+    Api.INIT_PRODUCER_ID: {"producer_id": "long", "producer_epoch": "int"},
 }
 
 EVENT_SCHEMA: dict[str, Any] = {
@@ -508,6 +512,25 @@ def batch_v1(records: list[Rec], base_ts: int = 1_732_250_000_000) -> bytes:
     return assemble_v1(records_region(records), count=len(records), base_ts=base_ts)
 
 
+def batch_v2(records: list[Rec], *, producer_id: int, producer_epoch: int,
+             base_sequence: int, base_ts: int = 1_732_250_000_000) -> bytes:
+    """A layout v2 batch (§5.1): v1's header with producer id, epoch and base sequence
+    after the epoch, all three under the CRC (bytes 16-46, then 52-end)."""
+    head = bytearray([MARKER_ARRAY2, 0x99])
+    head += b"\xcf" + struct.pack(">Q", 0)
+    head += b"\xd2" + struct.pack(">i", -1)
+    head += b"\xd3" + struct.pack(">q", producer_id)
+    head += b"\xd1" + struct.pack(">h", producer_epoch)
+    head += b"\xd2" + struct.pack(">i", base_sequence)
+    head += b"\xd3" + struct.pack(">q", base_ts)
+    head += b"\xce" + struct.pack(">I", len(records))
+    head += b"\xce" + b"\x00\x00\x00\x00"
+    head += b"\x00"
+    out = head + records_region(records)
+    struct.pack_into(">I", out, 48, zlib.crc32(bytes(out[52:]), zlib.crc32(bytes(out[16:47]))))
+    return bytes(out)
+
+
 def with_offset_and_epoch(b: bytes, offset: int, epoch: int) -> bytes:
     """What the broker must store of a v1 batch: bytes 3-10 and 12-15 replaced."""
     return b[:3] + struct.pack(">Q", offset) + b"\xd2" + struct.pack(">i", epoch) + b[16:]
@@ -556,10 +579,11 @@ class FetchedRecord:
 
 
 def decode_batch(b: bytes) -> list[FetchedRecord]:
-    """Either layout: v0's header is ``[base_offset, base_ts, ...]``, v1's
-    ``[base_offset, leader_epoch, base_ts, ...]``."""
+    """Any layout: v0's header is ``[base_offset, base_ts, ...]``, v1's
+    ``[base_offset, leader_epoch, base_ts, ...]``, v2's ``[base_offset, leader_epoch,
+    producer_id, producer_epoch, base_sequence, base_ts, ...]``."""
     header, records = msgpack.unpackb(b, raw=False)
-    base_offset, base_ts = header[0], header[2 if len(header) == 6 else 1]
+    base_offset, base_ts = header[0], header[{5: 1, 6: 2, 9: 5}[len(header)]]
     return [FetchedRecord(base_offset + r[0], base_ts + r[1], r[2], r[3], r[4])
             for r in records]
 
