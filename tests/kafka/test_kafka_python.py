@@ -68,6 +68,16 @@ def _create(bootstrap: str, topic: str, partitions: int = 3) -> None:
         result = admin.create_topics(
             {topic: {"num_partitions": partitions, "replication_factor": 1}})
     assert result["topics"] == [{"name": topic, "error_code": 0, "error_message": None}]
+    # every partition in a client's metadata before a group forms on the topic: a
+    # kafka-python leader that assigns while its metadata has none ("No partition
+    # metadata") gave its group nothing until its next refresh, minutes later (the
+    # sticky tests failed so about one run in three)
+    probe = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        _until(f"{topic}'s partitions in the metadata",
+               lambda: len(probe.partitions_for_topic(topic) or ()) == partitions)
+    finally:
+        probe.close()
 
 
 def _until(what: str, check: Callable[[], bool]) -> None:
