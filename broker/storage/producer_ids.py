@@ -17,7 +17,8 @@ nothing (None) and is tried again on the next call.
 In a cluster, ids must also differ between brokers: each broker would claim its blocks
 from etcd instead (a key holding the next free block, advanced with a compare-and-swap
 transaction, as Kafka's controller hands out AllocateProducerIds blocks), keeping this
-class's shape. Not built yet: this module serves a single broker.
+class's shape. Not built yet: in a cluster each broker adds ``node_id << 32`` to ids
+of its own (``NODE_ID_SHIFT``, docs/protocol.md §5.4).
 """
 
 from __future__ import annotations

@@ -119,17 +119,22 @@ def test_v1_marker_bytes_are_checked(pos: int) -> None:
         validate_batch(bytes(data))
 
 
-def test_v1_crc_covers_16_to_29_and_35_on_but_not_offset_or_epoch() -> None:
-    data = encode_batch(RECORDS)
+def assert_crc_covers(data: bytes, head_end: int, body_start: int) -> None:
+    """The CRC covers bytes 16..``head_end``-1 and ``body_start`` on, never the base
+    offset (3-10) nor the epoch (12-15): flipping those leaves the batch valid."""
     for pos in range(2, len(data)):   # bytes 0-1 say which layout it is
         flipped = bytearray(data)
         flipped[pos] ^= 0x40
         changed = batch_crc(flipped, 0, len(flipped)) != batch_crc(data, 0, len(data))
-        assert changed == (16 <= pos < 30 or pos >= 35), pos
+        assert changed == (16 <= pos < head_end or pos >= body_start), pos
     for pos in (*range(3, 11), *range(12, 16)):
         flipped = bytearray(data)
         flipped[pos] ^= 0x40
         validate_batch(bytes(flipped))
+
+
+def test_v1_crc_covers_16_to_29_and_35_on_but_not_offset_or_epoch() -> None:
+    assert_crc_covers(encode_batch(RECORDS), 30, 35)
 
 
 def test_every_v1_truncation_is_caught() -> None:
