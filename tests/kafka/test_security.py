@@ -1010,20 +1010,17 @@ def test_a_member_belongs_to_the_principal_that_joined(sasl_broker: SecuredBroke
                     for user in ("bob", "carol")
                     for kind, resource in ((Kind.TOPIC, name), (Kind.GROUP, group))])
 
-    # the topic's partition in carol's metadata before her consumer joins: a kafka-python
-    # leader that assigns while its metadata has none gets nothing until its next refresh
-    # (seen in CI; tests/kafka/test_kafka_python.py's _create waits the same way)
-    probe = KafkaConsumer(**_kp(sasl_broker, "carol"))
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not probe.partitions_for_topic(name):
-            assert time.monotonic() < deadline, "the topic never showed in carol's metadata"
-            time.sleep(0.05)
-    finally:
-        probe.close()
-    consumer = KafkaConsumer(name, **_kp(sasl_broker, "carol", group_id=group,
-                                         session_timeout_ms=6000, heartbeat_interval_ms=200,
-                                         enable_auto_commit=False))
+    # the topic's partition in the consumer's own metadata before it subscribes: a
+    # kafka-python leader that assigns while its metadata has none gives its group
+    # nothing until its next refresh (seen in CI, a separate probe client was not enough)
+    consumer = KafkaConsumer(**_kp(sasl_broker, "carol", group_id=group,
+                                   session_timeout_ms=6000, heartbeat_interval_ms=200,
+                                   enable_auto_commit=False))
+    deadline = time.monotonic() + TIMEOUT_S
+    while not consumer.partitions_for_topic(name):
+        assert time.monotonic() < deadline, "the topic never showed in carol's metadata"
+        time.sleep(0.05)
+    consumer.subscribe([name])
     polling = _Polling(consumer)
     try:
         deadline = time.monotonic() + TIMEOUT_S
