@@ -11,7 +11,8 @@ STAMP="$VENV/.groupwire-installed"
 PYTHON="${PYTHON:-python3}"
 # The sans-I/O cores that must stay `mypy --strict` clean, as modules of the one package.
 STRICT_CORES=(groupwire.protocol groupwire.broker.coordinator groupwire.broker.cluster
-              groupwire.broker.topics groupwire.broker.producers groupwire.client.assignors)
+              groupwire.broker.topics groupwire.broker.producers groupwire.broker.transactions
+              groupwire.client.assignors)
 # The layers' folders, each mapped into `groupwire` (pyproject's [tool.setuptools.package-dir]).
 LAYERS=(protocol broker client pipeline cli)
 # Where lint lays the package out as it is installed, for tools that read files rather

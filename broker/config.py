@@ -102,6 +102,9 @@ class BrokerSettings:
     kafka_heartbeat_hold_ms: int = 2500
     kafka_produce_validation: str = RELAXED
     producer_id_expiration_ms: int = 86_400_000
+    transaction_state_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000
     ssl_certfile: str = ""
     ssl_keyfile: str = ""
     ssl_cafile: str = ""
@@ -382,6 +385,18 @@ OPTIONS: tuple[Option, ...] = (
            "a partition forgets an idempotent producer whose last batch there is this old "
            "(Kafka's producer.id.expiration.ms): its next batch may start at any sequence",
            _at_least(1)),
+    Option("transaction_state_partitions",
+           "partitions of __transaction_state, made when the first transactional "
+           "producer starts; a transactional id's coordinator is its partition's leader "
+           "(Kafka's transaction.state.log.num.partitions); fixed once made",
+           _at_least(1)),
+    Option("transaction_max_timeout_ms",
+           "longest transaction timeout a producer may ask for; a longer one is refused "
+           "INVALID_TRANSACTION_TIMEOUT (Kafka's transaction.max.timeout.ms)",
+           _at_least(1)),
+    Option("transactional_id_expiration_ms",
+           "a transactional id with no transaction for this long is forgotten (Kafka's "
+           "transactional.id.expiration.ms)", _at_least(1)),
     Option("ssl_certfile", "PEM certificate chain of SSL and SASL_SSL listeners"),
     Option("ssl_keyfile", "PEM private key of --ssl-certfile"),
     Option("ssl_cafile", "PEM CA certificates client certificates (and in a cluster, "

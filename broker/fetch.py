@@ -27,12 +27,13 @@ from groupwire.broker.coordinator import ANONYMOUS, Coordinator
 from groupwire.broker.logs import get_logger
 from groupwire.broker.pacing import finish_in_slices, run_slice, sliced
 from groupwire.broker.partition_roles import NO_LEADER_EPOCH, Leadership, SingleBroker
-from groupwire.broker.storage import TopicStore
+from groupwire.broker.storage import PartitionLog, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.protocol.batches import CorruptBatchError
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.kafka.records import kafka_to_msgpack
 from groupwire.protocol.messages import (
+    AbortedTransaction,
     FetchPartitionData,
     FetchRequest,
     FetchResponse,
@@ -259,7 +260,8 @@ class FetchManager:
             answer, size = self._read_partition(tp, offset, min(partition_max, budget),
                                                 first_batch_always=True,
                                                 replica=request.replica_id >= 0,
-                                                kafka=fetch.kafka)
+                                                kafka=fetch.kafka,
+                                                committed=_committed(request))
             if answer.error_code != ErrorCode.NONE:
                 fetch.error = True
             fetch.ready += size - fetch.have.get(tp, 0)
@@ -461,11 +463,16 @@ class FetchManager:
                     # Its log may be gone here (deleted): the read below answers for it.
                     with contextlib.suppress(StorageError):
                         self._replica_fetched(tp, request.replica_id, part.fetch_offset)
+                committed = not replica and _committed(request)
+                if committed:  # the last stable offset needs the producers' state
+                    with contextlib.suppress(KeyError, StorageError):
+                        yield from self._store.log(*tp).producer_states_steps()
                 if register:
                     self._register(fetch, tp, part.fetch_offset, part.partition_max_bytes)
                 answer, size = self._read_partition(
                     tp, part.fetch_offset, min(part.partition_max_bytes, budget - total),
                     first_batch_always=total == 0, replica=replica, kafka=fetch.kafka,
+                    committed=committed,
                 )
                 if answer.error_code != ErrorCode.NONE:
                     has_error = True
@@ -492,11 +499,12 @@ class FetchManager:
 
     def _read_partition(self, tp: TopicPartition, offset: int, limit: int, *,
                         first_batch_always: bool, replica: bool = False, kafka: bool = False,
-                        ) -> tuple[FetchPartitionData, int]:
+                        committed: bool = False) -> tuple[FetchPartitionData, int]:
         """``replica``: a follower reads up to the log end, consumers below the high
-        watermark. A msgpack consumer (neither a replica nor ``kafka``) of a log that
-        holds Kafka batches gets them converted (docs/protocol.md §13.4); the size
-        counted is what was read."""
+        watermark, read_committed ones (``committed``) below the last stable offset,
+        told the aborted transactions there (docs/protocol.md §5.5). A msgpack consumer
+        (neither a replica nor ``kafka``) of a log that holds Kafka batches gets them
+        converted (§13.4); the size counted is what was read."""
         topic, partition = tp
         try:
             plog = self._store.log(topic, partition)
@@ -506,15 +514,22 @@ class FetchManager:
                 error_message=f"unknown topic or partition {topic}-{partition}",
             ), 0
         try:
-            data = plog.read(offset, max(limit, 0), first_batch_always=first_batch_always,
-                             to_log_end=replica)
+            aborted_spans: list[tuple[int, int]] = []
+            if committed:
+                data, aborted_spans = plog.read_committed(offset, max(limit, 0),
+                                                          first_batch_always)
+            else:
+                data = plog.read(offset, max(limit, 0), first_batch_always=first_batch_always,
+                                 to_log_end=replica)
         except StorageError as exc:
             if exc.code == ErrorCode.CORRUPT_MESSAGE:
                 log.error("corrupt_batch", topic=topic, partition=partition,
                           fetch_offset=offset, error=str(exc))
             return FetchPartitionData(
                 partition_index=partition, error_code=exc.code, error_message=str(exc),
-                high_watermark=plog.high_watermark, log_start_offset=plog.log_start_offset,
+                high_watermark=plog.high_watermark,
+                last_stable_offset=_stable_offset(plog, committed),
+                log_start_offset=plog.log_start_offset,
             ), 0
         size = len(data)
         if plog.holds_kafka and not replica and not kafka and data:
@@ -527,7 +542,26 @@ class FetchManager:
                     partition_index=partition, error_code=ErrorCode.CORRUPT_MESSAGE,
                     error_message=str(exc), high_watermark=plog.high_watermark,
                     log_start_offset=plog.log_start_offset), 0
+        lso = _stable_offset(plog, committed)
+        aborted = [AbortedTransaction(producer_id=pid, first_offset=first)
+                   for pid, first in aborted_spans] if committed else None
         return FetchPartitionData(
             partition_index=partition, high_watermark=plog.high_watermark,
-            log_start_offset=plog.log_start_offset, records=data,
+            last_stable_offset=lso, log_start_offset=plog.log_start_offset,
+            aborted_transactions=aborted, records=data,
         ), size
+
+
+def _committed(request: FetchRequest) -> bool:
+    """A read_committed consumer's fetch (``isolation_level`` 1)."""
+    return request.isolation_level == 1
+
+
+def _stable_offset(plog: PartitionLog, committed: bool) -> int:
+    """The last stable offset a fetch is told. A read_committed fetch built the
+    producers' state first; a read_uncommitted one does not wait for that build (which
+    reads every batch header since the last snapshot) and, until some other request has
+    made it, is told the high watermark."""
+    if committed or plog.producer_states_built:
+        return plog.last_stable_offset
+    return plog.high_watermark

@@ -100,7 +100,8 @@ class GroupRuntime:
     # --- executing coordinator results --------------------------------------------------
 
     def execute(self, result: Result, prepared: PreparedWrite | None = None,
-                collect: Callable[[Reply], bool] | None = None) -> None:
+                collect: Callable[[Reply], bool] | None = None,
+                on_settled: Callable[[ErrorCode | None], None] | None = None) -> None:
         """Do what the coordinator decided: arm timers, emit events, persist, answer.
 
         A result with a write (``result.write``) has its records written (``prepared``:
@@ -109,7 +110,9 @@ class GroupRuntime:
         (``stored``, or ``failed`` with Kafka's code for it), and the result of that,
         which carries the replies it held, is executed in turn. ``collect`` sees each
         reply first and takes those it returns True for (a sliced DeleteGroups gathers
-        its chunks' answers); the others are sent.
+        its chunks' answers); the others are sent. ``on_settled`` hears the write's
+        outcome after that (None: stored; at once if the result writes nothing): a
+        transaction's offsets marker waits for it.
         """
         if result.timers:
             self._apply_timers(result.timers)
@@ -124,6 +127,8 @@ class GroupRuntime:
                 now = self.now()
                 self.execute(coordinator.stored(token, now) if failure is None
                              else coordinator.failed(token, failure, now), collect=collect)
+                if on_settled is not None:
+                    on_settled(failure)
 
             def written(err: StorageError | None) -> None:
                 if failed or err is not None:
@@ -139,6 +144,8 @@ class GroupRuntime:
             return
         if result.replies:
             self._send_replies(result.replies, collect)
+        if on_settled is not None:
+            on_settled(None)
 
     async def _group_writes_replicated(self, cluster: ClusterNode, ends: dict[int, int],
                                        settled: Callable[[ErrorCode | None], None]) -> None:

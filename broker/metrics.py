@@ -436,3 +436,49 @@ class _ClusterCollector(Collector):
 def watch_cluster(metrics: BrokerMetrics, view: ClusterView) -> None:
     """Cluster mode: the ``groupwire_cluster_*`` families (docs/reference/metrics.md)."""
     metrics.registry.register(_ClusterCollector(view))
+
+
+class TransactionView(Protocol):
+    """What the transaction metrics read from the broker's transaction shell."""
+
+    def transaction_counters(self) -> dict[str, int]: ...
+    def unstable_records(self) -> dict[str, int]:
+        """Per topic: records above the last stable offset (in open transactions)."""
+        ...
+
+
+_TXN_COUNTERS: Final = {
+    "commits": "Transactions whose commit was decided (PrepareCommit stored)",
+    "aborts_client": "Transactions aborted by their producer (EndTxn abort)",
+    "aborts_timeout": "Transactions aborted by the coordinator past their timeout",
+    "aborts_fenced": "Open transactions aborted because a new producer with the same "
+                     "transactional id started (InitProducerId)",
+    "producers_fenced": "Transactional requests refused PRODUCER_FENCED",
+    "ids_expired": "Transactional ids forgotten after --transactional-id-expiration-ms",
+}
+
+
+class _TransactionCollector(Collector):
+    def __init__(self, view: TransactionView) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self._view.transaction_counters()
+        for name, text in _TXN_COUNTERS.items():
+            yield CounterMetricFamily(f"groupwire_transactions_{name}", text,
+                                      value=counters.get(name, 0))
+        yield GaugeMetricFamily("groupwire_transactions_open",
+                                "Transactions open (Ongoing) on this coordinator",
+                                value=counters.get("open", 0))
+        lag = GaugeMetricFamily(
+            "groupwire_topic_unstable_records",
+            "High watermark minus last stable offset, summed over a topic's partitions: "
+            "records a read_committed consumer cannot read yet", labels=["topic"])
+        for topic, behind in self._view.unstable_records().items():
+            lag.add_metric([topic], behind)
+        yield lag
+
+
+def watch_transactions(metrics: BrokerMetrics, view: TransactionView) -> None:
+    """The ``groupwire_transactions_*`` families (docs/reference/metrics.md)."""
+    metrics.registry.register(_TransactionCollector(view))

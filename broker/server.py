@@ -47,7 +47,13 @@ from groupwire.broker.kafka.door import KafkaDoor, kafka_named
 from groupwire.broker.kafka.translate import KafkaAddress
 from groupwire.broker.logs import get_logger
 from groupwire.broker.loop_monitor import LoopMonitor
-from groupwire.broker.metrics import BrokerMetrics, StateViews, StorageHealth, watch_cluster
+from groupwire.broker.metrics import (
+    BrokerMetrics,
+    StateViews,
+    StorageHealth,
+    watch_cluster,
+    watch_transactions,
+)
 from groupwire.broker.metrics_endpoint import MetricsEndpoint
 from groupwire.broker.offsets_log import OFFSETS_TOPIC, OffsetsLog, PreparedWrite
 from groupwire.broker.partition_roles import Leadership, SingleBroker
@@ -81,6 +87,7 @@ from groupwire.broker.storage.producer_ids import (
 from groupwire.broker.supervisor import DEFAULT_RESTART, Restart, Service, Supervisor
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.broker.topic_handlers import TopicHandlers
+from groupwire.broker.txn_runtime import TransactionRuntime
 from groupwire.protocol.acls import AclOperation, ResourceType
 from groupwire.protocol.codec import HeartbeatFields
 from groupwire.protocol.errors import ErrorCode
@@ -177,6 +184,8 @@ class Broker:
             on_fatal=self._service_fatal, restart=restart)
         """Owns every long-lived task (``broker.supervisor``): a crash is logged, counted
         and restarted; one that keeps crashing stops the broker (``fatal_error``)."""
+        self.transactions: TransactionRuntime | None = None
+        """The transaction coordinator's shell, once started."""
         self.fatal_error: str | None = None
         """Why the broker stopped on its own: a background task that could not go on."""
         self.loop_monitor = LoopMonitor(self.metrics.loop_stalls.observe)
@@ -392,9 +401,10 @@ class Broker:
                 raise StartupError(str(exc)) from exc
         self._start_security()
         try:
-            self._start_producer_ids()
+            next_producer_id = self._start_producer_ids()
         except StorageError as exc:
             raise StartupError(str(exc)) from exc
+        self._start_transactions(started, next_producer_id)
         await self._listen()
         try:  # after _listen: DescribeConfigs names the bound listeners
             self._start_kafka_door(store)
@@ -461,7 +471,23 @@ class Broker:
             cid, apis.describe_credentials(request)))
         handlers.add(AlterUserScramCredentialsRequest, answer_later(apis.alter_credentials))
 
-    def _start_producer_ids(self) -> None:
+    def _start_transactions(self, started: Started,
+                            next_producer_id: Callable[[], int | None]) -> None:
+        """The transaction coordinator (``broker.txn_runtime``) and its APIs."""
+        settings = self.settings
+        txns = TransactionRuntime(
+            settings, store=started.store, durability=started.durability,
+            fetches=started.fetches, groups=started.runtime, metrics=self.metrics,
+            producer_id=next_producer_id, connection=self._connections.get,
+            spawn=self.runner.spawn, clock=lambda: self.clock(),
+            monotonic=lambda: self.monotonic(), slice_s=self._slice_s,
+            closing=lambda: self._closing,
+            advertised=started.topics.advertised, node_id=settings.node_id)
+        txns.register(self.handlers)
+        txns.start()
+        self.transactions = txns
+
+    def _start_producer_ids(self) -> Callable[[], int | None]:
         """InitProducerId, through either door: ids never handed out before
         (``broker.storage.producer_ids``)."""
         settings = self.settings
@@ -478,12 +504,7 @@ class Broker:
                 return None if local is None else base + local
 
         def init_producer_id(conn: Peer, cid: int, request: Request) -> None:
-            assert isinstance(request, InitProducerIdRequest)
-            if request.transactional_id is not None:
-                conn.reply(cid, InitProducerIdResponse(
-                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    error_message="transactions are not served yet"))
-                return
+            assert isinstance(request, InitProducerIdRequest)  # with no transactional_id
             pid = next_id()
             conn.reply(cid, InitProducerIdResponse(producer_id=pid, producer_epoch=0)
                        if pid is not None else InitProducerIdResponse(
@@ -491,6 +512,7 @@ class Broker:
                            error_message="no producer id could be reserved in the data dir"))
 
         self.handlers.add(InitProducerIdRequest, init_producer_id)
+        return next_id
 
     def _start_kafka_door(self, store: TopicStore) -> None:
         """What the Kafka door answers itself: configs, producer ids, the ACL check."""
@@ -649,6 +671,8 @@ class Broker:
             members=coordinator.member_count, topics=topics, log_end=log_end,
             group_ids=coordinator.group_ids, committed=coordinator.committed,
             storage=storage), partition_series=self.settings.metrics_partition_series)
+        if self.transactions is not None:
+            watch_transactions(self.metrics, self.transactions)
         # served from a thread, read on the loop: a scrape asks the loop for a snapshot
         server = MetricsEndpoint(functools.partial(self.metrics.snapshot, self._slice_s),
                                  asyncio.get_running_loop())
@@ -715,6 +739,8 @@ class Broker:
         if started is not None:  # creations on worker threads finish first
             await started.topics.drain()
         await self.runner.close()
+        if self.transactions is not None:
+            await self.transactions.close()
         if started is not None:
             await started.runtime.close()
             started.fetches.complete_all()

@@ -28,6 +28,8 @@ COMMANDS: Final[tuple[tuple[str, dict[str, str]], ...]] = (
     ("groupwire.cli.demo", {"demo": "a broker, a producer and three consumers; one is killed"}),
     ("groupwire.cli.topics", {"topics": "create, list, describe and delete topics"}),
     ("groupwire.cli.groups", {"groups": "inspect, reset and delete consumer groups"}),
+    ("groupwire.cli.transactions",
+     {"transactions": "list and describe transactional producers' transactions"}),
     ("groupwire.cli.cluster",
      {"cluster": "brokers, partition replicas and preferred-leader elections"}),
     ("groupwire.cli.acls",

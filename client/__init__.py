@@ -31,11 +31,15 @@ if TYPE_CHECKING:
         IllegalSaslStateError,
         IllegalStateError,
         ListenerError,
+        ProducerFencedError,
         RebalanceInProgressError,
         ResourceNotFoundError,
         SecurityDisabledError,
         TlsHandshakeError,
         TopicAuthorizationFailedError,
+        TransactionAbortableError,
+        TransactionAbortedError,
+        TransactionalError,
         UnacceptableCredentialError,
         UnknownMemberIdError,
         UnsupportedSaslMechanismError,
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from groupwire.client.listener import RebalanceListener
     from groupwire.client.producer import Producer
     from groupwire.client.security import SecurityConfig, create_ssl_context
+    from groupwire.client.transactions import ConsumerGroupMetadata
     from groupwire.client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 
 _EXPORTS = {
@@ -54,10 +59,13 @@ _EXPORTS = {
         "ClientClosedError", "ClusterAuthorizationFailedError", "CommitFailedError",
         "DuplicateResourceError", "FencedInstanceIdError", "GroupAuthorizationFailedError",
         "GroupwireError", "IllegalSaslStateError", "IllegalStateError", "ListenerError",
-        "RebalanceInProgressError", "ResourceNotFoundError", "SecurityDisabledError",
-        "TlsHandshakeError", "TopicAuthorizationFailedError", "UnacceptableCredentialError",
-        "UnknownMemberIdError", "UnsupportedSaslMechanismError", "error_for",
+        "ProducerFencedError", "RebalanceInProgressError", "ResourceNotFoundError",
+        "SecurityDisabledError", "TlsHandshakeError", "TopicAuthorizationFailedError",
+        "TransactionAbortableError", "TransactionAbortedError", "TransactionalError",
+        "UnacceptableCredentialError", "UnknownMemberIdError", "UnsupportedSaslMechanismError",
+        "error_for",
     ], "groupwire.client.errors"),
+    "ConsumerGroupMetadata": "groupwire.client.transactions",
     "RebalanceListener": "groupwire.client.listener",
     "Producer": "groupwire.client.producer",
     "BatchBuilder": "groupwire.client.batch",
@@ -80,6 +88,7 @@ __all__ = [
     "ClusterAuthorizationFailedError",
     "CommitFailedError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "DuplicateResourceError",
     "FencedInstanceIdError",
     "GroupAuthorizationFailedError",
@@ -89,6 +98,7 @@ __all__ = [
     "ListenerError",
     "OffsetAndMetadata",
     "Producer",
+    "ProducerFencedError",
     "RebalanceInProgressError",
     "RebalanceListener",
     "Record",
@@ -99,6 +109,9 @@ __all__ = [
     "TlsHandshakeError",
     "TopicAuthorizationFailedError",
     "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionalError",
     "UnacceptableCredentialError",
     "UnknownMemberIdError",
     "UnsupportedSaslMechanismError",

@@ -59,13 +59,19 @@ from groupwire.protocol.messages import (
     DescribeAclsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     ElectLeadersTopic,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
@@ -189,6 +195,28 @@ class PartitionLag:
     committed: int | None
     end: int
     lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as its coordinator knows it: ``partitions`` are those in the
+    open transaction (empty outside one); ``start_time_ms`` -1 outside one."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    coordinator_id: int
+    partitions: list[TopicPartition] = field(default_factory=list)
 
 
 ResetTo = Literal["earliest", "latest"] | int
@@ -566,6 +594,71 @@ class Admin:
         for t in resp.topics:
             for p in t.partitions:
                 _raise_for(p.error_code, p.error_message, f"{t.name}[{p.partition_index}]")
+
+    # --- transactions -------------------------------------------------------------------
+
+    async def list_transactions(self, states: Iterable[str] | None = None,
+                                producer_ids: Iterable[int] | None = None,
+                                ) -> list[TransactionListing]:
+        """Transactional ids every broker coordinates, optionally only those in
+        ``states`` (Kafka's names: Ongoing, PrepareCommit, CompleteAbort, ...) or of
+        ``producer_ids``. A state name the broker does not know raises ValueError."""
+        request = ListTransactionsRequest(state_filters=list(states or []),
+                                          producer_id_filters=list(producer_ids or []))
+        listed: dict[str, TransactionListing] = {}
+        for resp in await self._on_every_broker(request, ListTransactionsResponse):
+            if resp.unknown_state_filters:
+                raise ValueError("unknown transaction states: "
+                                 + ", ".join(resp.unknown_state_filters))
+            for t in resp.transaction_states:
+                listed[t.transactional_id] = TransactionListing(
+                    t.transactional_id, t.producer_id, t.transaction_state)
+        return sorted(listed.values(), key=lambda t: t.transactional_id)
+
+    async def describe_transactions(self, transactional_ids: str | Sequence[str],
+                                    ) -> list[TransactionDescription]:
+        """State, producer, timeout and partitions of each transactional id, from its
+        transaction coordinator; an unknown id raises TransactionalIdNotFoundError."""
+        ids = [transactional_ids] if isinstance(transactional_ids, str) else list(
+            transactional_ids)
+        out = []
+        for tid in ids:
+            node = await self._transaction_coordinator(tid)
+            resp = await self._cluster.send_to(
+                node, DescribeTransactionsRequest(transactional_ids=[tid]),
+                response_type=DescribeTransactionsResponse)
+            _raise_for(resp.error_code, resp.error_message, f"transactional id {tid!r}")
+            t = resp.transaction_states[0]
+            _raise_for(t.error_code, None, f"transactional id {tid!r}")
+            out.append(TransactionDescription(
+                transactional_id=t.transactional_id, state=t.transaction_state,
+                producer_id=t.producer_id, producer_epoch=t.producer_epoch,
+                timeout_ms=t.transaction_timeout_ms,
+                start_time_ms=t.transaction_start_time_ms, coordinator_id=node,
+                partitions=[TopicPartition(tp.topic, p) for tp in t.topics
+                            for p in tp.partitions]))
+        return out
+
+    async def _transaction_coordinator(self, transactional_id: str) -> int:
+        """FindCoordinator with key type 1; retriable answers are asked again until the
+        request timeout."""
+        cluster = self._cluster
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cluster.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            resp = await cluster.send(FindCoordinatorRequest(key=transactional_id, key_type=1),
+                                      response_type=FindCoordinatorResponse)
+            if resp.error_code == ErrorCode.NONE:
+                cluster.add_node(resp.node_id, resp.host, resp.port)
+                return resp.node_id
+            err = error_for(resp.error_code, resp.error_message
+                            or f"transactional id {transactional_id!r}")
+            delay = backoff_s(attempt, cluster.retry_backoff_ms, cluster.retry_backoff_max_ms)
+            if not err.retriable or loop.time() + delay >= deadline:
+                raise err
+            attempt += 1
+            await asyncio.sleep(delay)
 
     # --- ACLs and SCRAM credentials ------------------------------------------------------
     # Sent to the controller, as topic changes are: in a cluster the controller writes

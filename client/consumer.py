@@ -45,7 +45,7 @@ from groupwire.client.errors import (
     IllegalStateError,
     error_for,
 )
-from groupwire.client.fetcher import EARLIEST, LATEST, Fetcher
+from groupwire.client.fetcher import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, Fetcher
 from groupwire.client.heartbeat import HeartbeatThread
 from groupwire.client.joiner import Joiner
 from groupwire.client.link import CoordinatorLink
@@ -56,6 +56,7 @@ from groupwire.client.rebalance import Rebalancer
 from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
 from groupwire.client.subscription import SubscriptionState
 from groupwire.client.supervisor import TaskSupervisor
+from groupwire.client.transactions import ConsumerGroupMetadata
 from groupwire.client.types import (
     KeyT,
     OffsetAndMetadata,
@@ -102,6 +103,13 @@ class Consumer(Generic[KeyT, ValueT]):
     :class:`UnknownTopicOrPartitionError` from every poll (``getmany``, ``getone``,
     ``async for``) while it is missing, as ``groupwire consume`` refuses one.
 
+    ``isolation_level`` (Kafka's): ``"read_uncommitted"`` (the default, as in Kafka) hands
+    out every record stored, those of open and aborted transactions included;
+    ``"read_committed"`` hands out records below the last stable offset only (no open
+    transaction's) and drops those of aborted transactions, so a transactional
+    producer's records are seen once its transaction commits, or never. Transaction
+    markers are never handed out, at either level, but positions move past them.
+
     ``clock`` (monotonic milliseconds; default the process's monotonic clock) is the one
     source of time for the consumer and its heartbeat thread: tests pass their own.
     ``security_protocol``, ``ssl_context``, ``sasl_mechanism`` (default
@@ -133,7 +141,8 @@ class Consumer(Generic[KeyT, ValueT]):
                  sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None,
+                 isolation_level: str = READ_UNCOMMITTED) -> None:
         given, subscribe_to = _split_positional(topics)
         if given is not None and bootstrap is not None:
             raise TypeError(f"Consumer() got the bootstrap address twice, positionally "
@@ -185,7 +194,7 @@ class Consumer(Generic[KeyT, ValueT]):
             retry_backoff_ms=retry_backoff_ms,
             spawn=lambda coro, name: self._tasks.spawn(coro, name=name),
             router=self._link.cluster, key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer)
+            value_deserializer=value_deserializer, isolation_level=isolation_level)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
@@ -345,6 +354,22 @@ class Consumer(Generic[KeyT, ValueT]):
     def generation_id(self) -> int:
         return self._m.generation_id
 
+    @property
+    def isolation_level(self) -> str:
+        """``"read_uncommitted"`` or ``"read_committed"``, as given."""
+        return self._fetcher.isolation_level
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group id, generation, member id and instance id now (Kafka's
+        ``groupMetadata()``), for ``Producer.send_offsets_to_transaction``: the group
+        coordinator then refuses the transaction's offsets if this member has left the
+        generation meanwhile (a zombie, KIP-447). Needs a ``group_id``."""
+        if self.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id")
+        with self._lock:
+            return ConsumerGroupMetadata(self.group_id, self._m.generation_id,
+                                         self._m.member_id, self.group_instance_id)
+
     # --- positions ---------------------------------------------------------------------
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -386,13 +411,20 @@ class Consumer(Generic[KeyT, ValueT]):
         return self._subs.state(tp).highwater
 
     def last_stable_offset(self, tp: TopicPartition) -> int | None:
-        return self.highwater(tp)
+        """The offset below which no transaction is open, as the latest Fetch answer gave
+        it (the high watermark from a broker that sends none)."""
+        st = self._subs.state(tp)
+        return self._fetcher.last_stable.get(tp, st.highwater)
 
     def lag(self, tp: TopicPartition) -> int | None:
+        """Records between the position and the end a poll can reach: the high
+        watermark, or under read_committed the last stable offset (as Kafka counts it)."""
         st = self._subs.state(tp)
-        if st.highwater is None or st.position is None:
+        end = (self.last_stable_offset(tp) if self._fetcher.isolation_level == READ_COMMITTED
+               else st.highwater)
+        if end is None or st.position is None:
             return None
-        return max(0, st.highwater - st.position)
+        return max(0, end - st.position)
 
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:

@@ -8,6 +8,11 @@
     │       ``RebalanceInProgressError`` ...); ``error_for(code)`` picks it
     ├── CommitFailedError            the commit cannot succeed: membership or generation lost
     ├── IllegalStateError            the API was used in a way its state does not allow
+    ├── TransactionalError           a transactional producer's transaction went wrong
+    │   ├── TransactionAbortableError    it cannot commit: abort it, then go on
+    │   ├── TransactionAbortedError      a record's transaction was aborted before it went
+    │   └── ProducerFencedError,         fatal: another producer took the transactional id
+    │       InvalidTxnStateError, ...    (BrokerResponseErrors too, one per code)
     ├── ListenerError                a rebalance-listener callback raised (``__cause__``)
     ├── BackgroundTaskError          a background task crashed (``__cause__``)
     ├── ClientClosedError            the client was closed
@@ -22,6 +27,13 @@ Security refusals are BrokerResponseErrors, never retried: ``AuthenticationFaile
 (SASL_AUTHENTICATION_FAILED, raised when the client starts), and
 ``TopicAuthorizationFailedError`` / ``GroupAuthorizationFailedError`` (``.topic`` /
 ``.group_id`` name the resource) / ``ClusterAuthorizationFailedError``.
+
+A transactional producer's errors are :class:`TransactionalError`s. Abortable ones leave
+the transaction to be aborted (:class:`TransactionAbortableError`, whose ``__cause__`` is
+what failed); fatal ones (:class:`ProducerFencedError`,
+:class:`TransactionalIdAuthorizationFailedError`, :class:`InvalidTxnStateError`,
+:class:`InvalidProducerIdMappingError`) are raised again by every later transactional
+call: close the producer.
 
     ConnectionError
     └── ConnectionClosedError        a connection closed before its answer came; the
@@ -50,6 +62,7 @@ __all__ = [
     "ClientClosedError",
     "ClusterAuthorizationFailedError",
     "CommitFailedError",
+    "ConcurrentTransactionsError",
     "ConnectionClosedError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
@@ -72,12 +85,15 @@ __all__ = [
     "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
     "InvalidSessionTimeoutError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "ListenerError",
@@ -91,9 +107,11 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
+    "OperationNotAttemptedError",
     "OutOfOrderSequenceNumberError",
     "PartitionNotOwnedError",
     "PolicyViolationError",
+    "ProducerFencedError",
     "ProtocolError",
     "RebalanceInProgressError",
     "RecordDeserializationError",
@@ -105,9 +123,16 @@ __all__ = [
     "TlsHandshakeError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionCoordinatorFencedError",
+    "TransactionalError",
+    "TransactionalIdAuthorizationFailedError",
+    "TransactionalIdNotFoundError",
     "UnacceptableCredentialError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
+    "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
@@ -221,6 +246,23 @@ class RecordDeserializationError(GroupwireError):
         self.offset = offset
         self.part = part
         self.__cause__ = cause
+
+
+class TransactionalError(GroupwireError):
+    """Root of a transactional producer's errors (those with a code are also
+    BrokerResponseErrors)."""
+
+
+class TransactionAbortableError(TransactionalError):
+    """The transaction cannot commit: a record of it failed, or the broker refused one of
+    its steps in a way that leaves the producer usable (the error is ``__cause__``).
+    ``abort_transaction()`` is allowed, and then a new transaction; every other
+    transactional call, and ``send``, raises this until then."""
+
+
+class TransactionAbortedError(TransactionalError):
+    """The record's transaction was aborted before the record was sent: it was never
+    written (Kafka's TransactionAbortedException)."""
 
 
 # One class per code, so applications can catch exactly what they handle.
@@ -508,6 +550,65 @@ class PartitionNotOwnedError(BrokerResponseError):
     code = ErrorCode.PARTITION_NOT_OWNED
 
 
+class InvalidTxnStateError(BrokerResponseError, TransactionalError):
+    """The transaction coordinator refused a step the transaction's state does not allow
+    (fatal to the producer, as in Kafka)."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(BrokerResponseError, TransactionalError):
+    """The transactional id is not mapped to this producer id (fatal)."""
+
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(BrokerResponseError, TransactionalError):
+    """``transaction_timeout_ms`` is above the broker's maximum (raised by ``start``)."""
+
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(BrokerResponseError, TransactionalError):
+    """The coordinator is still completing this transactional id's previous transaction:
+    retried (retriable)."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError, TransactionalError):
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class TransactionalIdAuthorizationFailedError(BrokerResponseError, TransactionalError):
+    """The broker's ACLs do not let this principal use the transactional id (fatal)."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class OperationNotAttemptedError(BrokerResponseError):
+    """Not tried, because another part of the same request failed."""
+
+    code = ErrorCode.OPERATION_NOT_ATTEMPTED
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class ProducerFencedError(BrokerResponseError, TransactionalError):
+    """Another producer started with the same transactional id (a newer epoch): this one
+    is a zombie. Fatal: every later transactional call and ``send`` raises it; close the
+    producer. A transactional producer's batch refused for an old epoch
+    (INVALID_PRODUCER_EPOCH) raises this too."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+class TransactionalIdNotFoundError(BrokerResponseError, TransactionalError):
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
 _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.UNKNOWN_SERVER_ERROR: UnknownServerError,
     ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
@@ -564,6 +665,16 @@ _BY_CODE: dict[ErrorCode, type[BrokerResponseError]] = {
     ErrorCode.INVALID_RECORD: InvalidRecordError,
     ErrorCode.UNSTABLE_OFFSET_COMMIT: UnstableOffsetCommitError,
     ErrorCode.PARTITION_NOT_OWNED: PartitionNotOwnedError,
+    ErrorCode.INVALID_TXN_STATE: InvalidTxnStateError,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: InvalidProducerIdMappingError,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: InvalidTransactionTimeoutError,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ConcurrentTransactionsError,
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: TransactionCoordinatorFencedError,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: TransactionalIdAuthorizationFailedError,
+    ErrorCode.OPERATION_NOT_ATTEMPTED: OperationNotAttemptedError,
+    ErrorCode.UNKNOWN_PRODUCER_ID: UnknownProducerIdError,
+    ErrorCode.PRODUCER_FENCED: ProducerFencedError,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: TransactionalIdNotFoundError,
 }
 
 

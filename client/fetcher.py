@@ -26,6 +26,12 @@ is not retriable) is kept and raised once from the next poll (:meth:`Fetcher.tak
 rather than retried in silence forever; an exception no fetch should raise (a bug) ends
 the task, and the consumer's task supervisor raises it from every poll after.
 
+Transaction markers (control batches) are never handed out, at either isolation level,
+but the position moves past them, so a marker at the end of a partition is not fetched
+again and again. Under ``read_committed`` the Fetch asks for records below the last
+stable offset only, and the records of aborted transactions are dropped here, as Kafka's
+consumer drops them (:func:`visible_records`).
+
 The consumer's ``key_deserializer`` / ``value_deserializer`` run here, as records are
 buffered (None is passed through, never deserialized). One that raises stops the
 partition at that record as a record that cannot be read does, with a
@@ -37,8 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+import struct
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from groupwire.client.cluster import STALE_METADATA_ERRORS
 from groupwire.client.commits import GROUP_ERRORS
@@ -53,9 +60,15 @@ from groupwire.client.errors import (
 )
 from groupwire.client.subscription import PartitionState, SubscriptionState
 from groupwire.client.types import Record, TopicPartition
-from groupwire.protocol.batches import DecodedRecord, decode_records_partial
+from groupwire.protocol.batches import (
+    CONTROL_ABORT,
+    BatchHeader,
+    DecodedRecord,
+    decode_batches_partial,
+)
 from groupwire.protocol.errors import ErrorCode, ProtocolError
 from groupwire.protocol.messages import (
+    AbortedTransaction,
     FetchGroup,
     FetchPartition,
     FetchRequest,
@@ -74,7 +87,8 @@ from groupwire.protocol.messages import (
 if TYPE_CHECKING:
     from groupwire.client.cluster import Cluster
 
-__all__ = ["Fetcher", "Sender", "Spawn"]
+__all__ = ["ISOLATION_LEVELS", "READ_COMMITTED", "READ_UNCOMMITTED", "Fetcher", "Sender",
+           "Spawn", "visible_records"]
 
 log = logging.getLogger("groupwire.consumer.fetcher")
 
@@ -87,6 +101,11 @@ Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 """Starts the Fetch task: the consumer's task supervisor, or the loop by default."""
 EARLIEST = -2
 LATEST = -1
+READ_UNCOMMITTED: Final = "read_uncommitted"
+READ_COMMITTED: Final = "read_committed"
+ISOLATION_LEVELS: Final = {READ_UNCOMMITTED: 0, READ_COMMITTED: 1}
+"""The consumer's ``isolation_level`` settings and what a Fetch carries for each."""
+_CONTROL_KEY: Final = struct.Struct(">hh")
 
 
 class Fetcher:
@@ -95,9 +114,15 @@ class Fetcher:
                  fetch_max_bytes: int = 52428800, max_partition_fetch_bytes: int = 1048576,
                  retry_backoff_ms: int = 100, spawn: Spawn | None = None,
                  router: Cluster | None = None, key_deserializer: Deserializer | None = None,
-                 value_deserializer: Deserializer | None = None) -> None:
+                 value_deserializer: Deserializer | None = None,
+                 isolation_level: str = READ_UNCOMMITTED) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be 'read_uncommitted' or "
+                             f"'read_committed', got {isolation_level!r}")
+        self.isolation_level = isolation_level
+        self._read_committed = isolation_level == READ_COMMITTED
         self._subs = subs
         self._send = send
         self._reset = auto_offset_reset
@@ -121,6 +146,8 @@ class Fetcher:
         self._error: Exception | None = None  # a fetch failure no retry mends: next poll's
         self._failures = 0  # retriable failures in a row (the first is logged at info)
         self.on_done: Callable[[], None] | None = None   # wakes the poll
+        self.last_stable: dict[TopicPartition, int] = {}
+        """Each partition's last stable offset, as the latest Fetch answer gave it."""
 
     # --- positions ---------------------------------------------------------------------
 
@@ -131,12 +158,15 @@ class Fetcher:
             return
         need_reset: list[TopicPartition] = []
         committed: dict[TopicPartition, int] = {}
+        unstable: set[TopicPartition] = set()
         fresh = [tp for tp in missing if not self._subs.partitions[tp].reset_needed]
         if group_id is not None and fresh:
-            committed = await self.fetch_committed(group_id, fresh)
+            committed, unstable = await self._committed(group_id, fresh)
         for tp in missing:
             st = self._subs.partitions.get(tp)
-            if st is None:
+            if st is None or tp in unstable:
+                # a transaction holds offsets for it not yet committed or aborted: asked
+                # again at the next poll, rather than reset (Kafka's require_stable)
                 continue
             off = committed.get(tp, -1)
             if off >= 0 and not st.reset_needed:
@@ -155,6 +185,12 @@ class Fetcher:
 
     async def fetch_committed(self, group_id: str, tps: list[TopicPartition],
                               ) -> dict[TopicPartition, int]:
+        return (await self._committed(group_id, tps))[0]
+
+    async def _committed(self, group_id: str, tps: list[TopicPartition],
+                         ) -> tuple[dict[TopicPartition, int], set[TopicPartition]]:
+        """The committed offsets of ``tps``, and those with a transaction's offsets
+        pending (UNSTABLE_OFFSET_COMMIT)."""
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -164,11 +200,14 @@ class Fetcher:
                     for t, ps in by_topic.items()]))
         _raise_for(resp.error_code, resp.error_message)
         out: dict[TopicPartition, int] = {}
+        unstable: set[TopicPartition] = set()
         for topic in resp.topics:
             for p in topic.partitions:
                 if p.error_code == ErrorCode.NONE:
                     out[TopicPartition(topic.name, p.partition_index)] = p.committed_offset
-        return out
+                elif p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                    unstable.add(TopicPartition(topic.name, p.partition_index))
+        return out, unstable
 
     async def list_offsets(self, tps: list[TopicPartition], timestamp: int,
                            ) -> dict[TopicPartition, int]:
@@ -278,6 +317,7 @@ class Fetcher:
         request = FetchRequest(
             max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
             max_bytes=self._max_bytes, group=group,
+            isolation_level=ISOLATION_LEVELS[self.isolation_level],
             topics=[FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
         try:
             if node is None or self._router is None:
@@ -328,6 +368,8 @@ class Fetcher:
                     continue
                 if p.high_watermark >= 0:
                     st.highwater = p.high_watermark
+                if p.last_stable_offset >= 0:
+                    self.last_stable[tp] = p.last_stable_offset
                 if p.error_code == ErrorCode.PARTITION_NOT_OWNED:
                     st.owned = False  # until the next assignment
                     continue
@@ -347,7 +389,11 @@ class Fetcher:
                     continue
                 if not p.records:
                     continue
-                decoded, bad = decode_records_partial(p.records, requested)
+                batches, bad = decode_batches_partial(p.records, requested)
+                decoded, end = visible_records(
+                    batches, read_committed=self._read_committed,
+                    aborted=p.aborted_transactions,
+                    stop=bad.offset if bad is not None else None)
                 if self._key_deserializer is None and self._value_deserializer is None:
                     t, part = tp
                     for r in decoded:
@@ -358,6 +404,10 @@ class Fetcher:
                     decoded, unread = self._deserialize(tp, st, decoded)
                 if decoded:
                     st.fetch_offset = decoded[-1].offset + 1
+                if unread is None and st.fetch_offset is not None and end > st.fetch_offset:
+                    st.fetch_offset = end  # past markers and aborted records: never handed out
+                    if not st.buffer:
+                        st.position = end
                 if unread is not None:
                     log.warning("cannot read %s at offset %d: %s", tp, unread.offset,
                                 unread.message)
@@ -479,8 +529,62 @@ class Fetcher:
             taken = [buf.popleft() for _ in range(n)]
             out[tp] = taken
             st.position = taken[-1].offset + 1
+            if not buf and st.fetch_offset is not None and st.fetch_offset > st.position:
+                st.position = st.fetch_offset  # the markers (or aborted records) after them
             left -= n
         return out
+
+
+def visible_records(batches: Sequence[tuple[BatchHeader, list[DecodedRecord]]], *,
+                    read_committed: bool,
+                    aborted: Sequence[AbortedTransaction] | None = None,
+                    stop: int | None = None) -> tuple[list[DecodedRecord], int]:
+    """The records of ``batches`` (:func:`decode_batches_partial`'s, in log order) that
+    the application sees, and the offset after the last batch read whole, skipped ones
+    included (-1 if none; ``stop``: the offset decoding stopped at, a batch reaching it
+    was not read whole).
+
+    As Kafka's consumer: a control batch (a transaction marker) is never handed out.
+    Under read_committed, a producer with an aborted transaction whose ``first_offset`` is
+    at or before a batch's last offset (``aborted``, as the broker lists them) has its
+    transactional batches skipped from there until its abort marker; its batches outside
+    a transaction, and every other producer's, are kept.
+    """
+    out: list[DecodedRecord] = []
+    end = -1
+    pending = sorted(aborted or (), key=lambda a: a.first_offset) if read_committed else []
+    next_aborted = 0
+    aborting: set[int] = set()
+    for header, records in batches:
+        if stop is None or header.next_offset <= stop:
+            end = max(end, header.next_offset)
+        if header.producer_id < 0:  # no producer: no transaction (layouts v0, v1)
+            out.extend(records)
+            continue
+        if read_committed:
+            last = header.last_offset
+            while next_aborted < len(pending) and pending[next_aborted].first_offset <= last:
+                aborting.add(pending[next_aborted].producer_id)
+                next_aborted += 1
+            if header.is_control:
+                if _is_abort_marker(records):
+                    aborting.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborting:
+                continue
+        if not header.is_control:
+            out.extend(records)
+    return out, end
+
+
+def _is_abort_marker(records: list[DecodedRecord]) -> bool:
+    """Whether a control batch's record is an abort marker (Kafka's control key: int16
+    version, int16 type; the type alone is read, as Kafka reads it)."""
+    if not records:
+        return False
+    key = records[0].key
+    return (key is not None and len(key) >= _CONTROL_KEY.size
+            and _CONTROL_KEY.unpack_from(key)[1] == CONTROL_ABORT)
 
 
 def _loop_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

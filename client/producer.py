@@ -16,6 +16,17 @@ and numbers each batch when it first sends it, per partition
 (:class:`~groupwire.client.sequences.ProducerSequences`); a retry resends the same bytes,
 so the broker recognises a batch it stored already whose answer was lost, and answers it
 with the offsets it got then instead of storing it twice (docs/protocol.md §5.4).
+
+With a ``transactional_id`` the producer is transactional (Kafka's KIP-98, in aiokafka's
+shape): ``start`` gets its producer id and epoch from the transaction coordinator, and
+records are sent only inside a transaction, committed or aborted as a whole. The state
+is a pure :class:`~groupwire.client.transactions.TransactionManager`; this shell talks
+to the coordinators. Before a partition's first batch of a transaction goes, the sender
+adds it (AddPartitionsToTxn, every partition with a batch queued in one request); the
+batches are built with the transactional attribute. A commit flushes first; an abort
+fails the records not sent yet (:class:`TransactionAbortedError`) and waits for those
+on their way. A record that fails makes the transaction abortable only; an old epoch
+(another producer took the transactional id) makes the producer fenced for good.
 """
 
 from __future__ import annotations
@@ -24,9 +35,11 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain
 from time import time_ns as _time_ns
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, Final, TypeVar
 
 from groupwire.client.accumulator import CLOSED, RECORD_OVERHEAD, Accumulator, Batch, headers_size
 from groupwire.client.batch import BatchBuilder, as_bytes, check_headers
@@ -40,30 +53,69 @@ from groupwire.client.errors import (
     BrokerNotAvailableError,
     BrokerResponseError,
     ClientClosedError,
+    ClusterAuthorizationFailedError,
     ConnectionClosedError,
     GroupwireError,
     IllegalStateError,
+    IncompatibleBrokerError,
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     LeaderNotAvailableError,
+    OperationNotAttemptedError,
     OutOfOrderSequenceNumberError,
+    ProducerFencedError,
     RequestTimedOutError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for,
 )
 from groupwire.client.security import DEFAULT_SASL_MECHANISM, SecurityConfig
 from groupwire.client.sequences import ProducerSequences
 from groupwire.client.supervisor import cancel_and_wait
-from groupwire.client.types import RecordMetadata, TopicPartition, choose_bootstrap
+from groupwire.client.transactions import (
+    ConsumerGroupMetadata,
+    Outcome,
+    TransactionManager,
+    TxnState,
+    coordinator_error,
+    outcome_of,
+    severity,
+)
+from groupwire.client.types import (
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+    choose_bootstrap,
+)
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.hashing import murmur2
 from groupwire.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     ApiKey,
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     PartitionProduceData,
     ProduceRequest,
     ProduceResponse,
+    Request,
+    Response,
     TopicProduceData,
+    TxnOffsetCommitPartition,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitTopic,
+    TxnTopic,
 )
 
 log = logging.getLogger("groupwire.producer")
@@ -87,7 +139,20 @@ YIELD_EVERY: Final = 1024
 """``send`` yields to the event loop once in this many calls, and after one that filled a
 batch, so the sender task sends and reads answers while an application sends in a loop."""
 
+TRANSACTION_TIMEOUT_MS: Final = 60000
+"""Kafka's ``transaction.timeout.ms`` default: how long the coordinator lets a transaction
+stay open before it aborts it."""
+TRANSACTION_COORDINATOR: Final = 1
+"""FindCoordinator's ``key_type`` for a transactional id (0: a group)."""
+
 _Batch = Batch["asyncio.Future[RecordMetadata]"]
+R = TypeVar("R", bound=Response)
+
+_FATAL_IN_PRODUCE: Final = (ProducerFencedError, TransactionalIdAuthorizationFailedError,
+                            ClusterAuthorizationFailedError, InvalidTxnStateError,
+                            InvalidProducerIdMappingError, UnsupportedVersionError)
+"""A transactional producer's batch failing with these makes the producer fatal (as in
+Kafka); with anything else only its transaction abortable."""
 
 
 class Producer:
@@ -129,6 +194,22 @@ class Producer:
     (its delivery timeout ran out, say). ``enable_idempotence=False`` sends batches
     without producer fields (layout v1), and a resend after a lost answer may store
     them twice.
+
+    ``transactional_id`` makes the producer transactional (it implies idempotence:
+    ``enable_idempotence=False`` or ``acks=1`` with it is a ValueError, as Kafka's
+    ConfigException). ``start`` finds the id's transaction coordinator and gets the
+    producer id and epoch from it (InitProducerId), fencing any earlier producer with the
+    same id: that one's next transactional call raises :class:`ProducerFencedError`, and
+    its open transaction is aborted. Records are then sent only between
+    :meth:`begin_transaction` and :meth:`commit_transaction` / :meth:`abort_transaction`
+    (``send`` outside raises IllegalStateError, as aiokafka's IllegalOperation), or in
+    ``async with producer.transaction():``. A read_committed consumer sees a
+    transaction's records once it commits, never if it aborts. ``transaction_timeout_ms``
+    (Kafka's, default 60 s) is how long the coordinator lets a transaction stay open
+    before aborting it. Each transactional call retries the coordinators' retriable
+    answers (busy, moved, loading) for up to ``request_timeout_ms``, then raises; a
+    commit or abort that raised so may be called again. ``close`` aborts a transaction
+    left open.
     """
 
     def __init__(self, bootstrap: str | Sequence[str] | None = None, *,
@@ -147,7 +228,18 @@ class Producer:
                  sasl_plain_password: str | None = None,
                  api_version_request_timeout_ms: int = API_VERSION_REQUEST_TIMEOUT_MS,
                  security: SecurityConfig | None = None,
-                 enable_idempotence: bool | None = None) -> None:
+                 enable_idempotence: bool | None = None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> None:
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise ValueError("transactional_id must be a non-empty string")
+            if enable_idempotence is False:
+                raise ValueError("a transactional_id needs idempotence: leave "
+                                 "enable_idempotence unset (or True)")
+            if acks == 1:
+                raise ValueError("a transactional_id needs acks='all' (or -1), got acks=1")
+            enable_idempotence = True
         if acks == 0 and not isinstance(acks, bool):
             raise ValueError("acks=0 is not supported: the broker answers every Produce; "
                              "use acks=1 (leader) or 'all' (every in-sync replica)")
@@ -208,6 +300,9 @@ class Producer:
         self._sender: asyncio.Task[None] | None = None
         self._flushing = 0
         self._sequences = ProducerSequences()
+        self._txn = (TransactionManager(transactional_id, transaction_timeout_ms)
+                     if transactional_id is not None else None)
+        self._coordinators: dict[tuple[str, int], int] = {}  # (key, key_type) -> node
         self._idempotent = self.enable_idempotence   # off once a broker lacks InitProducerId
         self._new_id_wanted = self.enable_idempotence  # before the next batch is numbered
         self._started = False
@@ -217,12 +312,17 @@ class Producer:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect (ApiVersions checked) and start the sender task."""
+        """Connect (ApiVersions checked) and start the sender task; a transactional
+        producer first gets its producer id and epoch from its transaction coordinator
+        (raising what a refusal or ``request_timeout_ms`` of retries leaves: call again
+        after a timeout)."""
         if self._closed:
             raise ClientClosedError("the producer is closed")
         if self._started:
             return
         await self._cluster.connection()
+        if self._txn is not None:
+            await self._init_transactions(self._txn)
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
@@ -236,11 +336,17 @@ class Producer:
 
         The flush is bounded by ``request_timeout_ms``: records still unsettled then (a
         broker gone or paused) fail with ClientClosedError rather than holding close up.
+        A transaction left open is aborted first (as Kafka's producer does at close),
+        within ``request_timeout_ms`` too.
         """
         if self._closed:
             return
         self._closing = True
         try:
+            txn = self._txn
+            if self._started and txn is not None and txn.state in (
+                    TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
+                await self._abort_on_close(txn)
             if self._started:
                 flushing = asyncio.ensure_future(self.flush())
                 try:
@@ -275,9 +381,19 @@ class Producer:
         once, so that a loop of sends does not hold back the batches it fills. For many
         records at once, :meth:`create_batch` and :meth:`send_batch` cost several times
         less per record (one future per batch).
+
+        A transactional producer sends inside a transaction only (IllegalStateError
+        otherwise), and raises the transaction's error once it has one
+        (:class:`TransactionAbortableError`, or the fatal one).
         """
         if self._closing or self._closed or not self._started:
             self._check_usable()
+        txn = self._txn
+        begun = 0
+        if txn is not None:
+            if txn.state is not TxnState.IN_TRANSACTION:
+                txn.check_send()
+            begun = txn.begun
         unyielded = self._unyielded + 1
         if unyielded >= YIELD_EVERY:
             # a loop of sends that never waits would hold the loop until max_buffer_bytes
@@ -327,6 +443,9 @@ class Producer:
             await self._wait_for_space()
             self._check_usable()
             now = loop.time()
+        if txn is not None and (txn.state is not TxnState.IN_TRANSACTION
+                                or txn.begun != begun):
+            txn.check_send(begun=begun)  # the transaction ended while this send waited
         ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = loop.create_future()
         changed = acc.append(topic, partition, kb, vb, hdrs, ts, size, future, sticky=sticky,
@@ -386,10 +505,15 @@ class Producer:
         Produce, retried and failed as a whole as ``send``'s records are (an error is
         set on the future). It closes the batch; sending it again, or an empty batch, is
         a ValueError. Waits, as ``send`` does, for the topic's metadata and for buffer
-        space.
+        space. A transactional producer takes it inside a transaction only, as ``send``.
         """
         if self._closing or self._closed or not self._started:
             self._check_usable()
+        txn = self._txn
+        begun = 0
+        if txn is not None:
+            txn.check_send("send_batch")
+            begun = txn.begun
         await asyncio.sleep(0)  # the sender takes the batches before (see send)
         self._check_usable()
         if not isinstance(batch, BatchBuilder):
@@ -407,6 +531,8 @@ class Producer:
         if acc.buffered >= acc.max_buffer_bytes:
             await self._wait_for_space()
             self._check_usable()
+        if txn is not None:
+            txn.check_send("send_batch", begun)  # the transaction ended meanwhile
         writer = batch._take()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RecordMetadata] = loop.create_future()
@@ -430,6 +556,101 @@ class Producer:
     async def partitions_for(self, topic: str) -> set[int]:
         """The topic's partitions (metadata fetched if not known yet)."""
         return set(range(await self._partition_count(topic)))
+
+    # --- transactions ---------------------------------------------------------------------
+
+    @property
+    def transactional_id(self) -> str | None:
+        """The ``transactional_id`` given (None: not a transactional producer)."""
+        return self._txn.transactional_id if self._txn is not None else None
+
+    async def begin_transaction(self) -> None:
+        """Start a transaction (aiokafka's ``begin_transaction``): the records sent until
+        :meth:`commit_transaction` are committed together, or aborted together by
+        :meth:`abort_transaction`. One transaction at a time; needs ``transactional_id``
+        and a started producer."""
+        self._transactional("begin_transaction").begin()
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction (as :meth:`flush` does), then commit it
+        (EndTxn): read_committed consumers see its records, and the offsets given to
+        :meth:`send_offsets_to_transaction` become the group's committed ones.
+
+        If a record of it failed, nothing is committed: this raises
+        :class:`TransactionAbortableError` (``__cause__``: the failure) and the
+        transaction must be aborted. Raises the fatal error (such as
+        :class:`ProducerFencedError`) once the producer has one."""
+        txn = self._transactional("commit_transaction")
+        txn.begin_commit()
+        await self.flush()
+        txn.check_usable("commit_transaction")  # a record failed meanwhile
+        if txn.started:
+            await self._end_txn(txn, commit=True)
+        txn.completed()
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction (EndTxn): its records are never seen by read_committed
+        consumers, its offsets never committed. Records not sent yet fail with
+        :class:`TransactionAbortedError`; those on their way are waited for. Allowed
+        after a :class:`TransactionAbortableError`, which it clears."""
+        txn = self._transactional("abort_transaction")
+        txn.begin_abort()
+        await self._abort(txn)
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """``async with producer.transaction():`` begins a transaction, commits it when
+        the block ends and aborts it when the block raises (aiokafka's). A commit that
+        raises :class:`TransactionAbortableError` is aborted before it is raised; after a
+        fatal error nothing is aborted (nothing can be)."""
+        return _Transaction(self)
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+            group_id: str | ConsumerGroupMetadata) -> None:
+        """Add a consumer group's offsets to the transaction: they become the group's
+        committed offsets when it commits, and are dropped if it aborts
+        (consume-transform-produce exactly once). ``offsets`` are the next offsets to
+        read, as a consumer commits them.
+
+        ``group_id`` is the group's id (aiokafka's argument) or, better, the consumer's
+        ``group_metadata()``: its generation and member id go with the offsets, so the
+        group coordinator refuses them once that consumer has lost its partitions to a
+        rebalance (KIP-447), which raises :class:`CommitFailedError` and makes the
+        transaction abortable. AddOffsetsToTxn goes to the transaction coordinator (once
+        per group and transaction), TxnOffsetCommit to the group's coordinator."""
+        txn = self._transactional("send_offsets_to_transaction")
+        txn.check_offsets()
+        if isinstance(group_id, ConsumerGroupMetadata):
+            group = group_id
+        elif isinstance(group_id, str) and group_id:
+            group = ConsumerGroupMetadata(group_id)
+        else:
+            raise ValueError(f"group_id must be a group id or a consumer's group_metadata(), "
+                             f"got {group_id!r}")
+        chosen = _offsets(offsets)
+        if not chosen:
+            return
+        seq = self._sequences
+        if group.group_id not in txn.groups:
+            await self._txn_exchange(lambda: AddOffsetsToTxnRequest(
+                transactional_id=txn.transactional_id, producer_id=seq.producer_id,
+                producer_epoch=seq.producer_epoch, group_id=group.group_id),
+                AddOffsetsToTxnResponse)
+            txn.group_added(group.group_id)
+            txn.check_offsets()
+        by_topic: dict[str, list[TxnOffsetCommitPartition]] = {}
+        for tp, om in sorted(chosen.items()):
+            by_topic.setdefault(tp.topic, []).append(TxnOffsetCommitPartition(
+                partition_index=tp.partition, committed_offset=om.offset,
+                committed_metadata=om.metadata or None))
+        await self._txn_exchange(lambda: TxnOffsetCommitRequest(
+            transactional_id=txn.transactional_id, group_id=group.group_id,
+            producer_id=seq.producer_id, producer_epoch=seq.producer_epoch,
+            generation_id=group.generation_id, member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            topics=[TxnOffsetCommitTopic(name=t, partitions=ps)
+                    for t, ps in by_topic.items()]),
+            TxnOffsetCommitResponse, group_id=group.group_id)
 
     # --- internals: accumulating ----------------------------------------------------------
 
@@ -499,6 +720,224 @@ class Producer:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    # --- internals: transactions ----------------------------------------------------------
+
+    def _transactional(self, what: str) -> TransactionManager:
+        txn = self._txn
+        if txn is None:
+            raise IllegalStateError(f"{what}: the producer has no transactional_id")
+        if self._closing or self._closed:
+            raise ClientClosedError("the producer is closed")
+        if not self._started:
+            txn.check_usable(what)  # a fatal refusal start() met is raised again
+            raise IllegalStateError(f"{what}: start() the producer first")
+        return txn
+
+    async def _init_transactions(self, txn: TransactionManager) -> None:
+        """The producer id and epoch from the transaction coordinator (InitProducerId),
+        which fences earlier producers with the same transactional id."""
+        txn.check_usable("start")
+        if txn.state is not TxnState.UNINITIALIZED:
+            return
+        if ApiKey.INIT_PRODUCER_ID not in self._cluster.api_versions:
+            raise IncompatibleBrokerError(
+                "the broker does not serve InitProducerId: no transactions (an older "
+                "broker)")
+        resp = await self._txn_exchange(lambda: InitProducerIdRequest(
+            transactional_id=txn.transactional_id,
+            transaction_timeout_ms=txn.transaction_timeout_ms), InitProducerIdResponse)
+        self._sequences.reset(resp.producer_id, resp.producer_epoch)
+        self._new_id_wanted = False
+        txn.initialized()
+
+    async def _abort(self, txn: TransactionManager) -> None:
+        """An abort begun: fail what is not sent, wait for what is, then EndTxn; bump
+        the epoch if a batch failed whose records the broker may hold."""
+        self._abort_undrained()
+        await self._settle(self._in_flight)
+        txn.check_usable("abort_transaction")  # fenced meanwhile
+        if txn.started:
+            await self._end_txn(txn, commit=False)
+            txn.ended()
+        if txn.bump_epoch:
+            seq = self._sequences
+            resp = await self._txn_exchange(lambda: InitProducerIdRequest(
+                transactional_id=txn.transactional_id,
+                transaction_timeout_ms=txn.transaction_timeout_ms,
+                producer_id=seq.producer_id, producer_epoch=seq.producer_epoch),
+                InitProducerIdResponse)
+            self._sequences.reset(resp.producer_id, resp.producer_epoch)
+            txn.bump_epoch = False
+        txn.completed()
+
+    async def _abort_on_close(self, txn: TransactionManager) -> None:
+        """``close`` with a transaction open: abort it, bounded by the request timeout
+        (the coordinator aborts it anyway once its timeout passes)."""
+        try:
+            txn.begin_abort()
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                await self._abort(txn)
+        except (GroupwireError, ConnectionError, TimeoutError) as exc:
+            log.warning("producer %s: aborting the open transaction of %r at close failed: "
+                        "%s (its coordinator aborts it after transaction_timeout_ms)",
+                        self._cluster.client_id, txn.transactional_id, exc)
+
+    async def _end_txn(self, txn: TransactionManager, *, commit: bool) -> None:
+        seq = self._sequences
+        await self._txn_exchange(lambda: EndTxnRequest(
+            transactional_id=txn.transactional_id, producer_id=seq.producer_id,
+            producer_epoch=seq.producer_epoch, committed=commit), EndTxnResponse)
+
+    def _abort_undrained(self) -> None:
+        """Fail every batch still queued (none is on its way): its transaction is being
+        aborted, or can only be."""
+        err = self._txn_aborted()
+        for batch in self._acc.pop_all():
+            self._complete(batch, err)
+        if self._space is not None:
+            self._space.set()
+
+    def _txn_aborted(self) -> TransactionAbortedError:
+        err = TransactionAbortedError("the record's transaction was aborted before the "
+                                      "record was sent")
+        if self._txn is not None and self._txn.error is not None:
+            err.__cause__ = self._txn.error
+        return err
+
+    async def _settle(self, batches: Iterable[_Batch]) -> None:
+        """Until each of ``batches`` is done (sent and answered, or failed)."""
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Future[None]] = []
+        for batch in batches:
+            if batch.done:
+                continue
+            if batch.settled is None:
+                batch.settled = loop.create_future()
+            assert isinstance(batch.settled, asyncio.Future)
+            pending.append(batch.settled)
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _coordinator(self, key: str, key_type: int) -> int:
+        """The node id of ``key``'s coordinator (a transactional id's or a group's),
+        looked up once (FindCoordinator) and kept until it answers that it moved."""
+        node = self._coordinators.get((key, key_type))
+        if node is not None:
+            return node
+        resp = await self._cluster.send(FindCoordinatorRequest(key=key, key_type=key_type),
+                                        response_type=FindCoordinatorResponse)
+        if resp.error_code != ErrorCode.NONE:
+            raise error_for(resp.error_code, resp.error_message or f"FindCoordinator {key!r}",
+                            group_id=key if key_type != TRANSACTION_COORDINATOR else None)
+        self._cluster.add_node(resp.node_id, resp.host, resp.port)
+        self._coordinators[(key, key_type)] = resp.node_id
+        return resp.node_id
+
+    async def _txn_exchange(self, build: Callable[[], Request], response_type: type[R], *,
+                            group_id: str | None = None) -> R:
+        """``build()``'s request to the transaction coordinator (to ``group_id``'s with
+        one), sent again while the answer is retriable or the coordinator moved, for up
+        to ``request_timeout_ms``; the answer. An abortable or fatal answer puts the
+        transaction in that state and raises it."""
+        txn = self._txn
+        assert txn is not None
+        cluster = self._cluster
+        key, key_type = ((txn.transactional_id, TRANSACTION_COORDINATOR) if group_id is None
+                         else (group_id, 0))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            request = build()
+            err: BaseException
+            try:
+                node = await self._coordinator(key, key_type)
+                resp = await cluster.send_to(node, request, response_type=response_type)
+            except (ConnectionError, RequestTimedOutError, BrokerNotAvailableError) as exc:
+                outcome, err = Outcome.FIND_COORDINATOR, exc
+            except BrokerResponseError as exc:  # FindCoordinator's answer
+                outcome = outcome_of(exc.raw_code)
+                err = coordinator_error(exc.raw_code, str(exc),
+                                        transactional_id=txn.transactional_id,
+                                        group_id=group_id)
+            else:
+                code, message, topic = _worst_code(resp)
+                outcome = outcome_of(code)
+                if outcome is Outcome.DONE:
+                    return resp
+                err = coordinator_error(code, message or request.API_KEY.name,
+                                        transactional_id=txn.transactional_id,
+                                        group_id=group_id, topic=topic)
+            if outcome is Outcome.FATAL:
+                txn.fatal_error(err)
+                raise err
+            if outcome is Outcome.ABORTABLE:
+                txn.abortable_error(err)
+                raise err
+            if outcome is Outcome.FIND_COORDINATOR:
+                self._coordinators.pop((key, key_type), None)
+            delay = backoff_s(attempt, cluster.retry_backoff_ms, cluster.retry_backoff_max_ms)
+            if loop.time() + delay >= deadline:
+                raise err
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _txn_ready(self, batches: list[_Batch]) -> list[_Batch]:
+        """Of a round's batches, those that may go: their transaction is being sent
+        (else they fail), and their partitions are in it. Partitions new to it are added
+        first (AddPartitionsToTxn), with those of every batch queued, at once."""
+        txn = self._txn
+        assert txn is not None
+        if not txn.sending:
+            err = self._txn_aborted()
+            for batch in batches:
+                self._complete(batch, err)
+            return []
+        missing = txn.partitions_to_add(b.tp for b in chain(batches, self._acc.queued()))
+        if missing:
+            by_topic: dict[str, list[int]] = {}
+            for tp in missing:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            seq = self._sequences
+            try:
+                resp = await self._txn_exchange(lambda: AddPartitionsToTxnRequest(
+                    transactional_id=txn.transactional_id, producer_id=seq.producer_id,
+                    producer_epoch=seq.producer_epoch,
+                    topics=[TxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
+                    AddPartitionsToTxnResponse)
+            except (GroupwireError, ConnectionError) as exc:
+                for batch in batches:
+                    self._retry_or_fail(batch, exc, retriable=_retriable(exc))
+                return []
+            txn.partitions_added(
+                TopicPartition(t.name, p.partition_index) for t in resp.results
+                for p in t.results if p.error_code == ErrorCode.NONE)
+        if not txn.sending:  # aborted while the partitions were being added
+            err = self._txn_aborted()
+            for batch in batches:
+                self._complete(batch, err)
+            return []
+        ready = []
+        for batch in batches:
+            if batch.tp in txn.partitions:
+                ready.append(batch)
+            else:  # left out of the answer: asked again
+                self._retry_or_fail(batch, OperationNotAttemptedError(
+                    f"{batch.tp}: not added to the transaction"), retriable=True)
+        return ready
+
+    def _txn_batch_failed(self, exc: BaseException) -> None:
+        """A transactional batch failed: the producer is fenced (or refused) for good,
+        or the transaction can only be aborted."""
+        txn = self._txn
+        assert txn is not None
+        if isinstance(exc, TransactionAbortedError):
+            return   # a consequence of the abort, not a cause
+        if isinstance(exc, _FATAL_IN_PRODUCE):
+            txn.fatal_error(exc)
+        else:
+            txn.abortable_error(exc)
+
     # --- internals: the sender ------------------------------------------------------------
 
     async def _run_sender(self) -> None:
@@ -531,7 +970,11 @@ class Producer:
         self._acc.take(batches, loop.time(), self.delivery_timeout_ms / 1000)
         self._in_flight = batches
         try:
-            if self._new_id_wanted:
+            if self._txn is not None:
+                batches = await self._txn_ready(batches)
+                if not batches:
+                    return
+            elif self._new_id_wanted:
                 try:
                     await self._init_producer_id()
                 except (GroupwireError, ConnectionError) as exc:
@@ -569,7 +1012,9 @@ class Producer:
     def _want_new_id(self) -> None:
         """The next batches are numbered under a new producer id (asked before the next
         round): a batch failed whose numbers the broker may hold, or refused them."""
-        if self._idempotent and not self._closed:
+        if self._txn is not None:
+            self._txn.bump_epoch = True   # once the transaction is aborted
+        elif self._idempotent and not self._closed:
             self._new_id_wanted = True
 
     async def _route(self, batches: list[_Batch]) -> dict[int, list[_Batch]]:
@@ -597,10 +1042,12 @@ class Producer:
     async def _send_to_leader(self, node: int, batches: list[_Batch]) -> None:
         by_topic: dict[str, list[PartitionProduceData]] = {}
         sequences = self._sequences if self._idempotent else None
+        transactional = self._txn is not None
         for batch in batches:
             if sequences is not None and batch.sequence is None:
                 # numbered when first sent; a retry resends the bytes built here
                 batch.sequence = seq = sequences.assign(batch.tp, len(batch.writer))
+                batch.writer.transactional = transactional
                 records = batch.writer.build(producer_id=seq.producer_id,
                                              producer_epoch=seq.producer_epoch,
                                              base_sequence=seq.base_sequence)
@@ -622,7 +1069,7 @@ class Producer:
                 self._complete(batch, exc)
             return
         if resp.error_code != ErrorCode.NONE:
-            err = error_for(resp.error_code, resp.error_message or "Produce")
+            err = self._produce_error(resp.error_code, resp.error_message or "Produce")
             for batch in batches:
                 self._retry_or_fail(batch, err, retriable=err.retriable)
             return
@@ -637,8 +1084,8 @@ class Producer:
             if code == ErrorCode.NONE:
                 self._complete(batch, None, base)
                 continue
-            err = error_for(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]",
-                            topic=batch.tp.topic)
+            err = self._produce_error(code, msg or f"{batch.tp.topic}[{batch.tp.partition}]",
+                                      topic=batch.tp.topic)
             if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partitions.pop(batch.tp.topic, None)
                 self._fresh_until.pop(batch.tp.topic, None)
@@ -648,8 +1095,23 @@ class Producer:
             self._retry_or_fail(batch, err, retriable=err.retriable,
                                 refused=not err.retriable)
 
+    def _produce_error(self, code: int, message: str, *,
+                       topic: str | None = None) -> BrokerResponseError:
+        """The error a Produce answer's ``code`` fails batches with: to a transactional
+        producer an old epoch means another producer took its transactional id (as
+        aiokafka reports it)."""
+        if self._txn is not None and code in (ErrorCode.INVALID_PRODUCER_EPOCH,
+                                              ErrorCode.PRODUCER_FENCED):
+            return ProducerFencedError(
+                f"transactional id {self._txn.transactional_id!r}: a batch was refused "
+                f"for an old producer epoch ({ErrorCode.name_of(code)}; {message}): "
+                f"another producer with this id started since")
+        return error_for(code, message, topic=topic)
+
     def _retry_or_fail(self, batch: _Batch, exc: BaseException, *, retriable: bool,
                        refused: bool = False) -> None:
+        if retriable and self._txn is not None and not self._txn.sending:
+            exc, retriable = self._txn_aborted(), False  # no transaction to retry it in
         loop = asyncio.get_running_loop()
         delay = backoff_s(batch.attempts - 1, self._cluster.retry_backoff_ms,
                           self._cluster.retry_backoff_max_ms)
@@ -667,6 +1129,8 @@ class Producer:
         refusal (nothing of it stored)."""
         if not self._acc.complete(batch):
             return
+        if exc is not None and self._txn is not None:
+            self._txn_batch_failed(exc)
         if exc is not None and batch.sequence is not None:
             self._sequence_failed(batch, exc, refused=refused)
         settled = batch.settled
@@ -705,9 +1169,11 @@ class Producer:
         sequences = self._sequences
         if isinstance(exc, OutOfOrderSequenceNumberError | InvalidProducerEpochError):
             if seq.producer_id == sequences.producer_id and not self._closed:
-                log.warning("producer %s: %s[%d] refused a batch (%s): going on with a new "
-                            "producer id", self._cluster.client_id, batch.tp.topic,
-                            batch.tp.partition, ErrorCode.name_of(exc.code))
+                log.warning("producer %s: %s[%d] refused a batch (%s): going on with %s",
+                            self._cluster.client_id, batch.tp.topic, batch.tp.partition,
+                            ErrorCode.name_of(exc.code),
+                            "a new producer id" if self._txn is None else
+                            "a bumped epoch once the transaction is aborted")
                 self._want_new_id()
             return
         if refused and batch.attempts == 1 and sequences.give_back(
@@ -724,6 +1190,62 @@ class Producer:
         self._in_flight = []
         if self._space is not None:
             self._space.set()
+
+
+class _Transaction:
+    """:meth:`Producer.transaction`'s context manager."""
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> None:
+        await self._producer.begin_transaction()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        producer = self._producer
+        txn = producer._txn
+        assert txn is not None
+        if exc_type is None:
+            try:
+                await producer.commit_transaction()
+            except TransactionAbortableError:
+                await producer.abort_transaction()
+                raise
+            return
+        if not txn.fatal and txn.state is not TxnState.READY:
+            await producer.abort_transaction()
+
+
+def _worst_code(resp: Response) -> tuple[int, str | None, str | None]:
+    """The code a transactional answer is acted on by (its own, or a partition's, the
+    heaviest: :func:`~groupwire.client.transactions.severity`), its message, and the
+    topic it is about."""
+    worst: tuple[int, str | None, str | None] = (resp.error_code, resp.error_message, None)
+    topics = (resp.results if isinstance(resp, AddPartitionsToTxnResponse)
+              else resp.topics if isinstance(resp, TxnOffsetCommitResponse) else [])
+    for topic in topics:
+        for part in topic.results:
+            if severity(part.error_code) > severity(worst[0]):
+                worst = (part.error_code, f"{topic.name}[{part.partition_index}]", topic.name)
+    return worst
+
+
+def _offsets(offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+             ) -> dict[TopicPartition, OffsetAndMetadata]:
+    """``send_offsets_to_transaction``'s offsets, checked: partitions to next offsets."""
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must map TopicPartition to an offset, got "
+                        f"{type(offsets).__name__}")
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+        if isinstance(om.offset, bool) or not isinstance(om.offset, int) or om.offset < 0:
+            raise ValueError(f"{tp}: offset must be an int >= 0, got {om.offset!r}")
+        out[TopicPartition(*tp)] = om
+    return out
 
 
 def _retriable(exc: BaseException) -> bool:

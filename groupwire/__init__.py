@@ -39,12 +39,15 @@ if TYPE_CHECKING:
         ScramCredentialInfo,
         TopicDescription,
         TopicSpec,
+        TransactionDescription,
+        TransactionListing,
     )
     from groupwire.client.batch import BatchBuilder, BatchRecordMetadata
     from groupwire.client.consumer import Consumer
     from groupwire.client.listener import RebalanceListener
     from groupwire.client.producer import Producer
     from groupwire.client.security import SecurityConfig, create_ssl_context
+    from groupwire.client.transactions import ConsumerGroupMetadata
     from groupwire.client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 
 _EXPORTS = {
@@ -53,12 +56,14 @@ _EXPORTS = {
     # what Admin takes and returns
     **dict.fromkeys(["BrokerDescription", "ClusterDescription", "GroupDescription",
                      "GroupListing", "MemberDescription", "PartitionDescription",
-                     "PartitionLag", "TopicDescription", "TopicSpec"],
+                     "PartitionLag", "TopicDescription", "TopicSpec",
+                     "TransactionDescription", "TransactionListing"],
                     "groupwire.client.admin"),
     **dict.fromkeys(["AccessControlEntry", "AclBinding", "AclBindingFilter", "AclOperation",
                      "AclPermission", "PatternType", "ResourcePattern", "ResourceType",
                      "ScramMechanism"], "groupwire.client.acls"),
     "Consumer": "groupwire.client.consumer",
+    "ConsumerGroupMetadata": "groupwire.client.transactions",
     "Producer": "groupwire.client.producer",
     "BatchBuilder": "groupwire.client.batch",
     "BatchRecordMetadata": "groupwire.client.batch",
@@ -83,6 +88,7 @@ __all__ = [
     "BrokerDescription",
     "ClusterDescription",
     "Consumer",
+    "ConsumerGroupMetadata",
     "GroupDescription",
     "GroupListing",
     "MemberDescription",
@@ -102,6 +108,8 @@ __all__ = [
     "TopicDescription",
     "TopicPartition",
     "TopicSpec",
+    "TransactionDescription",
+    "TransactionListing",
     "__version__",
     "create_ssl_context",
 ]

@@ -12,7 +12,14 @@ stamps v1.
 ``skip``); :func:`check_records` then checks that every row is a record, so that no batch
 a consumer cannot read is ever stored. Stored batches are served byte for byte. Only
 clients (and the broker's own replay of internal topics) build records, with
-:func:`decode_records` or, to keep what precedes a bad record, :func:`decode_records_partial`.
+:func:`decode_records` or, to keep what precedes a bad record, :func:`decode_records_partial`
+(:func:`decode_batches_partial` batch by batch, headers and markers included).
+
+Layout v2's ``attributes`` byte may carry Kafka's transaction bits (:data:`TRANSACTIONAL`,
+:data:`CONTROL`): a *control batch* is a transaction marker, written by brokers only, whose
+one record holds Kafka's control-record key and marker value (:func:`encode_control_batch`,
+:func:`control_marker`), so the two formats say the same thing byte for byte; readers
+(:func:`decode_records`) hand out no record of it.
 
 The broker runs both checks as :func:`check_batch_steps` (``protocol.steps``): a batch
 near the frame limit takes a third of a second to check, so the CRC, the walk and the
@@ -44,6 +51,22 @@ CURRENT_BATCH_VERSION: Final = BATCH_V1
 NO_PRODUCER_ID: Final = -1
 """The producer id, epoch and base sequence of a batch not from an idempotent producer
 (every v0 and v1 batch)."""
+NO_SEQUENCE: Final = -1
+"""The base sequence of a control batch (a broker writes it; it numbers no record), as
+in Kafka's."""
+TRANSACTIONAL: Final = 0x10
+"""``attributes`` bit (layout v2 only, Kafka's): the batch belongs to a transaction."""
+CONTROL: Final = 0x20
+"""``attributes`` bit (layout v2 only, Kafka's): a transaction marker, not records."""
+_V2_ATTRIBUTES: Final = TRANSACTIONAL | CONTROL
+"""The bits a v2 batch's attributes may have; v0 and v1 have none."""
+CONTROL_ABORT: Final = 0
+CONTROL_COMMIT: Final = 1
+"""Kafka's control record types, in a control record's key."""
+_CONTROL_KEY = struct.Struct(">hh")
+"""Kafka's control record key: int16 version (0), int16 type (0 abort, 1 commit)."""
+_MARKER_VALUE = struct.Struct(">hi")
+"""Kafka's end-transaction marker value: int16 version (0), int32 coordinator epoch."""
 NO_PARTITION_LEADER_EPOCH: Final = -1
 """The leader epoch of a v0 batch, and of a v1 batch no broker has stamped yet."""
 
@@ -156,6 +179,16 @@ class BatchHeader:
         return header_size(self.version)
 
     @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        """A transaction marker (:func:`control_marker`): no record of it is the
+        application's."""
+        return bool(self.attributes & CONTROL)
+
+    @property
     def last_offset(self) -> int:
         return self.base_offset + self.record_count - 1
 
@@ -246,15 +279,19 @@ _NO_PRODUCER: Final = (NO_PRODUCER_ID, NO_PRODUCER_ID, NO_PRODUCER_ID)
 
 
 def _layout(version: int, producer_id: int, producer_epoch: int, base_sequence: int,
-            ) -> tuple[int, tuple[int, int, int]]:
+            attributes: int = 0) -> tuple[int, tuple[int, int, int]]:
     """The layout a batch is built in, and its producer fields, checked.
 
     A producer id (>= 0) makes it v2: ``version`` may then say 1 (the default) or 2, not
     0 (v0 has no room for them). Without one, v2 is refused (its fields are not
-    optional), and so are an epoch or a sequence (they mean nothing without an id).
+    optional), and so are an epoch or a sequence (they mean nothing without an id), and
+    the transaction bits in ``attributes`` (v2's alone). A control batch's base sequence
+    is :data:`NO_SEQUENCE`, as in Kafka.
     """
     if version not in (BATCH_V0, BATCH_V1, BATCH_V2):
         raise LocalProtocolError(f"unknown batch layout version {version}")
+    if attributes & ~_V2_ATTRIBUTES:
+        raise LocalProtocolError(f"unknown attributes {attributes:#x}")
     fields = (producer_id, producer_epoch, base_sequence)
     if producer_id == NO_PRODUCER_ID:
         if version == BATCH_V2:
@@ -262,6 +299,9 @@ def _layout(version: int, producer_id: int, producer_epoch: int, base_sequence: 
         if fields != _NO_PRODUCER:
             raise LocalProtocolError(
                 "producer_epoch and base_sequence need a producer_id")
+        if attributes:
+            raise LocalProtocolError(
+                "a transactional or control batch needs a producer_id (layout v2)")
         return version, _NO_PRODUCER
     if type(producer_id) is not int or not 0 <= producer_id <= _MAX_INT64:
         raise LocalProtocolError(f"producer_id out of range: {producer_id}")
@@ -269,7 +309,10 @@ def _layout(version: int, producer_id: int, producer_epoch: int, base_sequence: 
         raise LocalProtocolError("batch layout v0 carries no producer fields")
     if type(producer_epoch) is not int or not 0 <= producer_epoch <= _MAX_INT16:
         raise LocalProtocolError(f"producer_epoch out of range: {producer_epoch}")
-    if type(base_sequence) is not int or not 0 <= base_sequence <= _MAX_INT32:
+    if attributes & CONTROL:
+        if base_sequence != NO_SEQUENCE:
+            raise LocalProtocolError("a control batch's base_sequence is -1")
+    elif type(base_sequence) is not int or not 0 <= base_sequence <= _MAX_INT32:
         raise LocalProtocolError(f"base_sequence out of range: {base_sequence}")
     return BATCH_V2, fields
 
@@ -314,7 +357,8 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
                  version: int = CURRENT_BATCH_VERSION,
                  leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_ID,
-                 base_sequence: int = NO_PRODUCER_ID) -> bytes:
+                 base_sequence: int = NO_PRODUCER_ID, transactional: bool = False,
+                 control: bool = False) -> bytes:
     """One batch holding ``records``; the base timestamp is the first record's.
 
     Layout v1 unless ``version=0`` (the layout before cluster mode; brokers still take
@@ -324,10 +368,16 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
     (0 to 32767) and the first record's ``base_sequence`` (0 to 2**31-1): the batch is
     then layout v2, ``version`` being 1 (the default) or 2; with ``version=0``, or
     without a producer id but with an epoch, a sequence or ``version=2``, or with a field
-    out of range, LocalProtocolError."""
+    out of range, LocalProtocolError.
+
+    ``transactional`` and ``control`` set those attributes bits (v2 only: they need a
+    producer id); a control batch is a broker's transaction marker, base sequence -1
+    (:func:`encode_control_batch` builds one)."""
     if not records:
         raise LocalProtocolError("a batch holds at least one record")
-    version, producer = _layout(version, producer_id, producer_epoch, base_sequence)
+    attributes = (TRANSACTIONAL if transactional else 0) | (CONTROL if control else 0)
+    version, producer = _layout(version, producer_id, producer_epoch, base_sequence,
+                                attributes)
     base_ts = records[0].timestamp_ms
     head = _head(version, base_offset, leader_epoch, base_ts, len(records), producer)
     rows = [
@@ -336,11 +386,82 @@ def encode_batch(records: Sequence[BatchRecord], base_offset: int = 0, *,
         for i, r in enumerate(records)
     ]
     try:
-        body = b"\x00" + msgpack.packb(rows, use_bin_type=True)
+        body = bytes((attributes,)) + msgpack.packb(rows, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode batch: {exc}") from exc
     crc = zlib.crc32(body, _head_crc(head, version))
     return b"".join((head, _U32.pack(crc), body))
+
+
+def control_record_key(commit: bool) -> bytes:
+    """Kafka's control-record key: int16 version 0, int16 type (1 commit, 0 abort)."""
+    return _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+
+
+def marker_value(coordinator_epoch: int) -> bytes:
+    """Kafka's end-transaction marker value: int16 version 0, int32 coordinator epoch."""
+    if not _MIN_INT32 <= coordinator_epoch <= _MAX_INT32:
+        raise LocalProtocolError(f"coordinator_epoch out of range: {coordinator_epoch}")
+    return _MARKER_VALUE.pack(0, coordinator_epoch)
+
+
+def parse_control_record(key: bytes | None, value: bytes | None) -> tuple[bool, int]:
+    """``(commit, coordinator_epoch)`` from a control record's key and value, as Kafka
+    reads them (a later version's extra bytes are ignored); :class:`CorruptBatchError`
+    if they are not an end-transaction marker's."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptBatchError("control record key is not 4 bytes (version, type)")
+    version, kind = _CONTROL_KEY.unpack_from(key)
+    if version < 0 or kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise CorruptBatchError(f"control record key: version {version}, type {kind} "
+                                "(not a transaction marker)")
+    if value is None or len(value) < _MARKER_VALUE.size:
+        raise CorruptBatchError("marker value is not 6 bytes (version, coordinator epoch)")
+    value_version, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    if value_version < 0:
+        raise CorruptBatchError(f"marker value version {value_version}")
+    return kind == CONTROL_COMMIT, int(coordinator_epoch)
+
+
+def encode_control_batch(producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int, timestamp_ms: int, base_offset: int = 0,
+                         *, leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """A transaction marker in layout v2: attributes ``TRANSACTIONAL | CONTROL``, base
+    sequence -1, one record ``[0, 0, key, value, []]`` whose key and value are Kafka's
+    control-record key and marker value (§5.1, §5.5). Brokers alone write these."""
+    record = BatchRecord(marker_value(coordinator_epoch), control_record_key(commit),
+                         (), timestamp_ms)
+    return encode_batch([record], base_offset, version=BATCH_V2, leader_epoch=leader_epoch,
+                        producer_id=producer_id, producer_epoch=producer_epoch,
+                        base_sequence=NO_SEQUENCE, transactional=True, control=True)
+
+
+def control_marker(data: bytes | memoryview, pos: int = 0) -> tuple[bool, int]:
+    """``(commit, coordinator_epoch)`` of the control batch at ``pos`` (CRC-checked);
+    :class:`CorruptBatchError` if it is not one holding a marker."""
+    view = memoryview(data)
+    header = read_header(view, pos)
+    if not header.is_control:
+        raise CorruptBatchError("not a control batch", position=pos)
+    for head, start, end in iter_batch_spans(view[pos:]):
+        try:
+            rows = msgpack.unpackb(view[pos + start + head.header_size:pos + end],
+                                   raw=False, use_list=True)
+        except _UNPACK_ERRORS as exc:
+            raise CorruptBatchError(f"a control batch's record does not unpack: {exc}",
+                                    position=pos) from exc
+        row = rows[0] if isinstance(rows, list) and rows else None
+        if type(row) is not list or len(row) != 5:
+            raise CorruptBatchError("a control batch's record is not a record",
+                                    position=pos)
+        key, value = row[2], row[3]
+        try:
+            return parse_control_record(key if type(key) is bytes else None,
+                                        value if type(value) is bytes else None)
+        except CorruptBatchError as exc:
+            exc.position = pos
+            raise
+    raise CorruptBatchError("no batch", position=pos)
 
 
 class BatchWriter:
@@ -359,17 +480,19 @@ class BatchWriter:
     the batch v2, ``version`` then saying 1 or 2) and are checked here; they change the
     header alone, built once by :meth:`build`, which may also be given the producer
     fields: an idempotent producer numbers a batch when it first sends it, long after its
-    records were packed.
+    records were packed. ``transactional`` (a transactional producer's batch) needs the
+    producer fields by :meth:`build` at the latest.
     """
 
     __slots__ = ("_base_ts", "_built", "_count", "_pack", "_packer", "_pieces", "_producer",
-                 "version")
+                 "transactional", "version")
 
     def __init__(self, *, version: int = CURRENT_BATCH_VERSION,
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_ID,
-                 base_sequence: int = NO_PRODUCER_ID) -> None:
+                 base_sequence: int = NO_PRODUCER_ID, transactional: bool = False) -> None:
         self.version, self._producer = _layout(version, producer_id, producer_epoch,
                                                base_sequence)
+        self.transactional = transactional
         # msgpack's default first buffer is 256 KiB: a producer holds a writer per partition
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=False,
                                       buf_size=WRITER_BUFFER)
@@ -451,9 +574,13 @@ class BatchWriter:
         if not count:
             raise LocalProtocolError("a batch holds at least one record")
         version = self.version
+        attributes = TRANSACTIONAL if self.transactional else 0
+        if attributes and version != BATCH_V2:
+            raise LocalProtocolError(
+                "a transactional batch needs a producer_id (layout v2)")
         head = _head(version, 0, NO_PARTITION_LEADER_EPOCH, self._base_ts, count,
                      self._producer)
-        lead = b"\x00" + msgpack.Packer().pack_array_header(count)
+        lead = bytes((attributes,)) + msgpack.Packer().pack_array_header(count)
         pieces = [lead, *self._pieces, self._packer.bytes()]
         crc = _head_crc(head, version)
         for piece in pieces:
@@ -658,7 +785,7 @@ def _validate_steps(data: bytes) -> Steps[BatchHeader]:
     if size < MIN_BATCH_SIZE:
         raise CorruptBatchError(f"batch of {size} bytes is shorter than {MIN_BATCH_SIZE}")
     header = read_header(data)
-    _check_fields(header, 0)
+    check_header_fields(header, 0)
     hs = header.header_size
     if size <= hs:
         raise CorruptBatchError(f"batch of {size} bytes is shorter than {hs + 1}")
@@ -672,6 +799,9 @@ def _validate_steps(data: bytes) -> Steps[BatchHeader]:
         crc = zlib.crc32(view[at:at + CRC_PIECE], crc)
     if crc != header.crc:
         raise CorruptBatchError("CRC mismatch")
+    if header.is_control:   # as Kafka's broker refuses them: INVALID_RECORD
+        raise MalformedRecordError("clients may not write control batches (transaction "
+                                   "markers are the broker's)")
     count = _records_count(data, hs, 0)
     if count != header.record_count:
         raise CorruptBatchError(
@@ -818,7 +948,7 @@ def iter_batch_spans(buf: bytes | memoryview, *, check_crc: bool = True,
         if size - pos < MIN_BATCH_SIZE:
             raise CorruptBatchError(f"truncated batch: {size - pos} bytes left", position=pos)
         header = read_header(buf, pos)
-        _check_fields(header, pos)
+        check_header_fields(header, pos)
         count = _records_count(buf, pos + header.header_size, pos)
         if count != header.record_count:
             raise CorruptBatchError(
@@ -839,19 +969,22 @@ def iter_batches(data: bytes) -> Iterator[tuple[BatchHeader, bytes]]:
         yield header, bytes(view[start:end])
 
 
-def decode_records(data: bytes, min_offset: int = 0) -> list[DecodedRecord]:
+def decode_records(data: bytes, min_offset: int = 0, *,
+                   control: bool = False) -> list[DecodedRecord]:
     """Every record of every batch in ``data`` at offset ``min_offset`` or above.
 
-    Batches are CRC-checked; whole batches below ``min_offset`` are skipped undecoded.
-    Raises :class:`CorruptBatchError` at the first bad batch or record.
+    Batches are CRC-checked; whole batches below ``min_offset`` are skipped undecoded,
+    and so are control batches (transaction markers hold no application record) unless
+    ``control`` (a conversion keeps them). Raises :class:`CorruptBatchError` at the
+    first bad batch or record.
     """
-    out, error = decode_records_partial(data, min_offset)
+    out, error = decode_records_partial(data, min_offset, control=control)
     if error is not None:
         raise error
     return out
 
 
-def decode_records_partial(data: bytes, min_offset: int = 0,
+def decode_records_partial(data: bytes, min_offset: int = 0, *, control: bool = False,
                            ) -> tuple[list[DecodedRecord], CorruptBatchError | None]:
     """The records :func:`decode_records` returns, up to the first bad batch or record.
 
@@ -864,7 +997,7 @@ def decode_records_partial(data: bytes, min_offset: int = 0,
     view = memoryview(data)
     try:
         for header, start, end in iter_batch_spans(data):
-            if header.last_offset < min_offset:
+            if header.last_offset < min_offset or (header.is_control and not control):
                 continue
             try:
                 rows = msgpack.unpackb(view[start + header.header_size:end], raw=False,
@@ -880,20 +1013,64 @@ def decode_records_partial(data: bytes, min_offset: int = 0,
     return out, None
 
 
+
+def decode_batches_partial(data: bytes, min_offset: int = 0,
+                           ) -> tuple[list[tuple[BatchHeader, list[DecodedRecord]]],
+                                      CorruptBatchError | None]:
+    """:func:`decode_records_partial` batch by batch: each batch's header (producer id,
+    attributes) with its records at ``min_offset`` or above, control batches included
+    (their one record is the marker), up to the first bad batch or record.
+
+    A read_committed consumer needs the headers to skip aborted transactions, and every
+    consumer to move past batches it hands out no record of. A batch wholly below
+    ``min_offset`` comes with no records. The batch a bad record is in comes with the
+    records before it; the fault's ``offset`` is the first offset not returned (a batch
+    listed whole is returned)."""
+    out: list[tuple[BatchHeader, list[DecodedRecord]]] = []
+    view = memoryview(data)
+    try:
+        for header, start, end in iter_batch_spans(data):
+            records: list[DecodedRecord] = []
+            out.append((header, records))
+            if header.last_offset < min_offset:
+                continue
+            try:
+                rows = msgpack.unpackb(view[start + header.header_size:end], raw=False,
+                                       use_list=True)
+            except _UNPACK_ERRORS:  # some row does not unpack: read the batch row by row
+                _decode_rows_one_by_one(view, header, start, end, min_offset, records)
+            else:
+                _decode_rows(rows, header, min_offset, start, records)
+    except CorruptBatchError as exc:
+        if exc.offset < 0:  # a batch that is not one: every batch before it is whole
+            after = max(min_offset, out[-1][0].next_offset) if out else min_offset
+            exc.offset = _first_unread(view, exc.position, after, [])
+        return out, exc
+    return out, None
+
 # --- internals ----------------------------------------------------------------------------
 
 
-def _check_fields(header: BatchHeader, pos: int) -> None:
-    if header.attributes != 0:
-        raise CorruptBatchError(f"attributes {header.attributes} != 0 (unsupported)",
-                                position=pos)
+def check_header_fields(header: BatchHeader, pos: int = 0) -> None:
+    """The checks every stored batch's header passes (§5.2), whoever wrote it: v0 and
+    v1 attributes 0, v2's only the transaction bits; ``record_count >= 1``; v2's producer
+    fields >= 0 (a control batch's base sequence -1). :class:`CorruptBatchError` at
+    ``pos`` otherwise."""
+    allowed = _V2_ATTRIBUTES if header.version == BATCH_V2 else 0
+    if header.attributes & ~allowed:
+        raise CorruptBatchError(
+            f"attributes {header.attributes} (unsupported in layout v{header.version})",
+            position=pos)
     if header.record_count < 1:
         raise CorruptBatchError("record_count is 0", position=pos)
-    if header.version == BATCH_V2 and (header.producer_id < 0 or header.producer_epoch < 0
-                                       or header.base_sequence < 0):
+    if header.version == BATCH_V2 and (
+            header.producer_id < 0 or header.producer_epoch < 0
+            or (header.base_sequence < 0
+                and not (header.is_control and header.base_sequence == NO_SEQUENCE))):
         raise CorruptBatchError(
             f"producer fields out of range: id {header.producer_id}, epoch "
             f"{header.producer_epoch}, base sequence {header.base_sequence}", position=pos)
+
 
 
 def _records_count(buf: bytes | memoryview, at: int, pos: int) -> int:

@@ -65,6 +65,11 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -75,6 +80,8 @@ class ApiKey(enum.IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @_msg
@@ -346,8 +353,20 @@ class FetchRequest(Request):
     max_wait_ms: Int32 = 500
     min_bytes: Int32 = 1
     max_bytes: Int32 = 52428800
+    isolation_level: Int32 = 0
+    """0 read_uncommitted, 1 read_committed: records only below the last stable offset
+    (docs/protocol.md §5.5)."""
     topics: list[FetchTopic]
     group: FetchGroup | None = None
+
+
+@_msg
+class AbortedTransaction:
+    """An aborted transaction a read_committed consumer must skip records of: its
+    producer's records from ``first_offset`` up to its abort marker."""
+
+    producer_id: Int64 = -1
+    first_offset: Int64 = -1
 
 
 @_msg
@@ -356,7 +375,10 @@ class FetchPartitionData:
     error_code: Int32 = 0
     error_message: str | None = None
     high_watermark: Int64 = -1
+    last_stable_offset: Int64 = -1
     log_start_offset: Int64 = -1
+    aborted_transactions: list[AbortedTransaction] | None = None
+    """read_committed only: the aborted transactions the records hold (nil otherwise)."""
     records: bytes = b""
 
 
@@ -611,6 +633,11 @@ class OffsetFetchRequest(Request):
     API_KEY: ClassVar[ApiKey] = ApiKey.OFFSET_FETCH
     group_id: str
     topics: list[OffsetFetchRequestTopic] | None = None
+    require_stable: bool = False
+    """KIP-447 (for docs/protocol.md's OffsetFetch): true answers a partition whose
+    offset a transaction has pending (TxnOffsetCommit, its marker not yet written)
+    UNSTABLE_OFFSET_COMMIT (88, retriable) instead of its last committed offset; false
+    (the default, what older clients send) answers the last committed offset."""
 
 
 @_msg
@@ -1086,12 +1113,15 @@ class AlterUserScramCredentialsResponse(Response):
 
 @_msg
 class InitProducerIdRequest(Request):
-    """An idempotent producer's id and epoch (§5.4). ``transactional_id`` is for
-    transactions, not served yet."""
+    """An idempotent producer's id and epoch (§5.4); with ``transactional_id``, a
+    transactional producer's, from its transaction coordinator (§5.6). ``producer_id``
+    and ``producer_epoch``: the ones it has, to bump (KIP-360); -1 for none."""
 
     API_KEY: ClassVar[ApiKey] = ApiKey.INIT_PRODUCER_ID
     transactional_id: str | None = None
     transaction_timeout_ms: Int32 = -1
+    producer_id: Int64 = -1
+    producer_epoch: Int32 = -1
 
 
 @_msg
@@ -1099,6 +1129,188 @@ class InitProducerIdResponse(Response):
     API_KEY: ClassVar[ApiKey] = ApiKey.INIT_PRODUCER_ID
     producer_id: Int64 = -1
     producer_epoch: Int32 = -1
+
+
+# --- Transactions (24-28, 65, 66; §5.6) ----------------------------------------------------
+
+
+@_msg
+class TxnTopic:
+    name: str
+    partitions: list[Int32]
+
+
+@_msg
+class AddPartitionsToTxnRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ADD_PARTITIONS_TO_TXN
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int32
+    topics: list[TxnTopic]
+
+
+@_msg
+class TxnPartitionResult:
+    partition_index: Int32 = -1
+    error_code: Int32 = 0
+
+
+@_msg
+class TxnTopicResult:
+    name: str = ""
+    results: list[TxnPartitionResult] = field(default_factory=list)
+
+
+@_msg
+class AddPartitionsToTxnResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ADD_PARTITIONS_TO_TXN
+    results: list[TxnTopicResult] = field(default_factory=list)
+
+
+@_msg
+class AddOffsetsToTxnRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ADD_OFFSETS_TO_TXN
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int32
+    group_id: str
+
+
+@_msg
+class AddOffsetsToTxnResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.ADD_OFFSETS_TO_TXN
+
+
+@_msg
+class EndTxnRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.END_TXN
+    transactional_id: str
+    producer_id: Int64
+    producer_epoch: Int32
+    committed: bool
+
+
+@_msg
+class EndTxnResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.END_TXN
+
+
+@_msg
+class TxnMarker:
+    producer_id: Int64
+    producer_epoch: Int32
+    transaction_result: bool
+    """True: commit, False: abort."""
+    topics: list[TxnTopic]
+    coordinator_epoch: Int32
+
+
+@_msg
+class WriteTxnMarkersRequest(Request):
+    """Internal: a transaction coordinator has partition leaders write its markers."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.WRITE_TXN_MARKERS
+    markers: list[TxnMarker]
+
+
+@_msg
+class TxnMarkerResult:
+    producer_id: Int64 = -1
+    topics: list[TxnTopicResult] = field(default_factory=list)
+
+
+@_msg
+class WriteTxnMarkersResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.WRITE_TXN_MARKERS
+    markers: list[TxnMarkerResult] = field(default_factory=list)
+
+
+@_msg
+class TxnOffsetCommitPartition:
+    partition_index: Int32
+    committed_offset: Int64
+    committed_leader_epoch: Int32 = -1
+    committed_metadata: str | None = None
+
+
+@_msg
+class TxnOffsetCommitTopic:
+    name: str
+    partitions: list[TxnOffsetCommitPartition]
+
+
+@_msg
+class TxnOffsetCommitRequest(Request):
+    """Offsets that become the group's committed offsets when the transaction commits;
+    ``generation_id``, ``member_id`` and ``group_instance_id`` fence a consumer that is
+    no longer the group's member (KIP-447; -1 / "" skip the check)."""
+
+    API_KEY: ClassVar[ApiKey] = ApiKey.TXN_OFFSET_COMMIT
+    transactional_id: str
+    group_id: str
+    producer_id: Int64
+    producer_epoch: Int32
+    generation_id: Int32 = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: list[TxnOffsetCommitTopic]
+
+
+@_msg
+class TxnOffsetCommitResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.TXN_OFFSET_COMMIT
+    topics: list[TxnTopicResult] = field(default_factory=list)
+
+
+@_msg
+class DescribeTransactionsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_TRANSACTIONS
+    transactional_ids: list[str]
+
+
+@_msg
+class TransactionTopic:
+    topic: str = ""
+    partitions: list[Int32] = field(default_factory=list)
+
+
+@_msg
+class TransactionState:
+    error_code: Int32 = 0
+    transactional_id: str = ""
+    transaction_state: str = ""
+    transaction_timeout_ms: Int32 = -1
+    transaction_start_time_ms: Int64 = -1
+    producer_id: Int64 = -1
+    producer_epoch: Int32 = -1
+    topics: list[TransactionTopic] = field(default_factory=list)
+
+
+@_msg
+class DescribeTransactionsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.DESCRIBE_TRANSACTIONS
+    transaction_states: list[TransactionState] = field(default_factory=list)
+
+
+@_msg
+class ListTransactionsRequest(Request):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_TRANSACTIONS
+    state_filters: list[str] = field(default_factory=list)
+    producer_id_filters: list[Int64] = field(default_factory=list)
+
+
+@_msg
+class ListedTransaction:
+    transactional_id: str = ""
+    producer_id: Int64 = -1
+    transaction_state: str = ""
+
+
+@_msg
+class ListTransactionsResponse(Response):
+    API_KEY: ClassVar[ApiKey] = ApiKey.LIST_TRANSACTIONS
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transaction_states: list[ListedTransaction] = field(default_factory=list)
 
 
 # --- Registry ---------------------------------------------------------------------------
@@ -1113,6 +1325,9 @@ REQUEST_TYPES: dict[ApiKey, type[Request]] = {
         DeleteGroupsRequest, OffsetDeleteRequest, DeleteTopicsRequest,
         OffsetsForLeaderEpochRequest, ElectLeadersRequest, SaslHandshakeRequest,
         SaslAuthenticateRequest, InitProducerIdRequest,
+        AddPartitionsToTxnRequest, AddOffsetsToTxnRequest, EndTxnRequest,
+        WriteTxnMarkersRequest, TxnOffsetCommitRequest, DescribeTransactionsRequest,
+        ListTransactionsRequest,
         DescribeAclsRequest, CreateAclsRequest, DeleteAclsRequest,
         DescribeUserScramCredentialsRequest, AlterUserScramCredentialsRequest,
     )
@@ -1127,6 +1342,9 @@ RESPONSE_TYPES: dict[ApiKey, type[Response]] = {
         DeleteGroupsResponse, OffsetDeleteResponse, DeleteTopicsResponse,
         OffsetsForLeaderEpochResponse, ElectLeadersResponse, SaslHandshakeResponse,
         SaslAuthenticateResponse, InitProducerIdResponse,
+        AddPartitionsToTxnResponse, AddOffsetsToTxnResponse, EndTxnResponse,
+        WriteTxnMarkersResponse, TxnOffsetCommitResponse, DescribeTransactionsResponse,
+        ListTransactionsResponse,
         DescribeAclsResponse, CreateAclsResponse, DeleteAclsResponse,
         DescribeUserScramCredentialsResponse, AlterUserScramCredentialsResponse,
     )

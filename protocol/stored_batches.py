@@ -4,10 +4,12 @@
 A msgpack batch starts with ``0x92``; a Kafka batch with its int64 base offset, whose
 first byte is never ``0x92`` (that would be a negative offset). Storage needs the same
 few facts of either (where a batch ends, its offsets, its leader epoch, a timestamp for
-retention, whether its CRC holds), and patches the same two fields in either (base
-offset and partition leader epoch, under neither CRC). :class:`StoredHeader` carries
-those facts; the functions here read, split, check and stamp a mix of both formats, so
-a log may hold both, in any order, and recover them after a crash.
+retention, whether its CRC holds, whether it is transactional or a transaction marker),
+and patches the same two fields in either (base offset and partition leader epoch, under
+neither CRC). :class:`StoredHeader` carries those facts; the functions here read, split,
+check and stamp a mix of both formats, so a log may hold both, in any order, and recover
+them after a crash. A transaction marker (a control batch) is built and read the same
+way in either format (:func:`encode_marker`, :func:`read_control_marker`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from groupwire.protocol.batches import (
     CorruptBatchError,
     DecodedRecord,
     batch_crc,
+    control_marker,
+    encode_control_batch,
     header_size,
     stamp_batch,
     upconvert_v0,
@@ -41,9 +45,11 @@ __all__ = [
     "as_stored",
     "crc_matches",
     "decode_any_records",
+    "encode_marker",
     "is_kafka_batch",
     "iter_any_batch_spans",
     "read_any_header",
+    "read_control_marker",
     "stamp_any_batch",
     "stamp_stored",
     "stamped_header",
@@ -77,6 +83,11 @@ class StoredHeader:
     crc: int
     header_size: int
     """Bytes before the records: where the first piece of a stepped write may grow."""
+    transactional: bool = False
+    """Written by a transactional producer (attributes bit 0x10, §5.5): its records
+    count for consumers once its transaction commits."""
+    control: bool = False
+    """A transaction marker (attributes bit 0x20): a broker's, never a producer's."""
 
     @property
     def last_offset(self) -> int:
@@ -101,12 +112,15 @@ def as_stored(header: AnyHeader) -> StoredHeader:
                             offset_count=header.last_offset_delta + 1,
                             record_count=header.record_count, leader_epoch=header.leader_epoch,
                             timestamp_ms=header.max_timestamp_ms, crc=header.crc,
-                            header_size=kafka.HEADER_SIZE)
+                            header_size=kafka.HEADER_SIZE,
+                            transactional=header.is_transactional,
+                            control=header.is_control)
     return StoredHeader(kafka=False, version=header.version, base_offset=header.base_offset,
                         offset_count=header.record_count, record_count=header.record_count,
                         leader_epoch=header.leader_epoch,
                         timestamp_ms=header.base_timestamp_ms, crc=header.crc,
-                        header_size=header.header_size)
+                        header_size=header.header_size,
+                        transactional=header.is_transactional, control=header.is_control)
 
 
 def is_kafka_batch(buf: bytes | memoryview, pos: int = 0) -> bool:
@@ -224,3 +238,25 @@ def decode_any_records(data: bytes | memoryview, min_offset: int = 0,
             exc.position += start
             raise
     return out
+
+
+def encode_marker(*, kafka_format: bool, producer_id: int, producer_epoch: int,
+                  commit: bool, coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """A transaction marker (a control batch), as a producer's batch is before the broker
+    stamps it (base offset 0, leader epoch -1): Kafka's if ``kafka_format``, else msgpack
+    layout v2 (§5.1). Both hold the same control-record key and marker value."""
+    if kafka_format:
+        return kafka.encode_control_batch(producer_id, producer_epoch, commit,
+                                          coordinator_epoch, timestamp_ms)
+    return encode_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                timestamp_ms)
+
+
+def read_control_marker(data: bytes | memoryview, pos: int = 0) -> tuple[bool, int]:
+    """``(commit, coordinator_epoch)`` of the control batch at ``pos`` of either format
+    (its CRC checked); :class:`CorruptBatchError` if it is not a transaction marker."""
+    if pos >= len(data):
+        raise CorruptBatchError("no batch: the buffer ends", position=pos)
+    if data[pos] == MSGPACK_MARKER:
+        return control_marker(data, pos)
+    return kafka.control_marker(data, pos)

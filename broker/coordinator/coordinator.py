@@ -11,7 +11,14 @@ from collections.abc import Callable, Collection, Iterable
 from types import MethodType
 from typing import Final
 
-from groupwire.broker.coordinator import expiry, hosting, loading, unloading, writes
+from groupwire.broker.coordinator import (
+    expiry,
+    hosting,
+    loading,
+    txn_offsets,
+    unloading,
+    writes,
+)
 from groupwire.broker.coordinator.config import CoordinatorConfig
 from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import not_owned
@@ -37,7 +44,11 @@ from groupwire.broker.coordinator.offsets_api import (
 )
 from groupwire.broker.coordinator.outputs import FetchCheck, RequestContext, Result
 from groupwire.broker.coordinator.ownership import NOT_YOURS, may_use, member_message
-from groupwire.broker.coordinator.records import GroupRecord, OffsetDeleteRecord
+from groupwire.broker.coordinator.records import (
+    GroupRecord,
+    OffsetDeleteRecord,
+    TxnOffsetDeleteRecord,
+)
 from groupwire.broker.coordinator.state import DEAD, GroupState
 from groupwire.broker.coordinator.sync import handle_sync
 from groupwire.broker.coordinator.timers import TimerKey
@@ -62,6 +73,7 @@ from groupwire.protocol.messages import (
     Request,
     Response,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 from groupwire.protocol.security import ANONYMOUS
 from groupwire.protocol.steps import Steps
@@ -70,7 +82,8 @@ _NOTHING: Final[frozenset[tuple[str, int]]] = frozenset()
 _WHOLE_REQUEST: Final = (HeartbeatRequest, JoinGroupRequest, SyncGroupRequest,
                          LeaveGroupRequest, OffsetDeleteRequest)
 """Requests refused as a whole for a group not served here. OffsetCommit and OffsetFetch
-check in their own handlers (they also run as steps); the multi-group APIs, per group."""
+check in their own handlers (they also run as steps), TxnOffsetCommit in its own (it
+answers per partition); the multi-group APIs, per group."""
 FETCH_OK: Final = FetchCheck(ErrorCode.NONE, _NOTHING)
 _FETCH_UNKNOWN: Final = FetchCheck(ErrorCode.UNKNOWN_MEMBER_ID, _NOTHING)
 _FETCH_FENCED: Final = FetchCheck(ErrorCode.FENCED_INSTANCE_ID, _NOTHING)
@@ -141,6 +154,8 @@ class Coordinator:
                 handle_sync(engine, ctx, request, now_ms)
             case OffsetCommitRequest():
                 handle_offset_commit(engine, ctx, request, now_ms)
+            case TxnOffsetCommitRequest():
+                txn_offsets.handle_txn_offset_commit(engine, ctx, request, now_ms)
             case OffsetFetchRequest():
                 handle_offset_fetch(engine, ctx, request)
             case LeaveGroupRequest():
@@ -302,13 +317,51 @@ class Coordinator:
         (a crash between a deletion and these tombstones)."""
         engine = self._engine
         engine.out.reset()
-        for group_id, (topic, partition) in engine.offsets.drop_topics(frozenset(topics)):
+        deleted = frozenset(topics)
+        for group_id, (topic, partition) in engine.offsets.drop_topics(deleted):
             engine.out.records.append(OffsetDeleteRecord(group_id, topic, partition))
+        for group_id, producer_id, (topic, partition) in engine.offsets.drop_txn_topics(
+                deleted):  # transactions' pending ones too (Kafka's onTopicsDeleted)
+            engine.out.records.append(
+                TxnOffsetDeleteRecord(group_id, topic, partition, producer_id))
         return engine.out.build()
 
     def committed_topics(self) -> set[str]:
-        """Every topic some group has a committed offset for."""
+        """Every topic some group has a committed offset for, or a transaction's pending
+        one: those ``delete_topic_offsets`` has something to tombstone of."""
         return self._engine.offsets.topics()
+
+    # --- transactions (KIP-98, KIP-447; txn_offsets.py) ---------------------------------
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool,
+                             now_ms: int) -> Result:
+        """The marker of ``producer_id``'s transaction for ``__consumer_offsets``
+        ``partition`` (the shell calls it when the transaction coordinator's marker work
+        names the partition): the producer's pending offsets in the partition's groups
+        become committed (``commit``) or vanish, once the Result's write is stored.
+
+        The Result's ``write`` is the marker's token: the marker is written when the
+        shell's ``stored(write)`` for it has been executed (tell the transaction
+        coordinator then); ``failed(write, code)`` leaves the offsets pending, for the
+        marker to come again. ``write`` None (an empty Result): the producer had nothing
+        pending there, the marker is written at once. The Result has ``records`` and
+        no replies; more than one marker may be pending at a time, and calling it again
+        for the same transaction (a marker re-sent) writes the same records again.
+
+        Call it only for a partition this broker leads and has loaded: for any other an
+        empty Result would say the marker is written while the log still holds the
+        offsets pending (answer such a marker NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS, as Kafka's broker does)."""
+        engine = self._engine
+        engine.out.reset()
+        txn_offsets.complete(engine, partition, producer_id, commit, now_ms)
+        return engine.out.build()
+
+    def pending_transactional(self, group_id: str) -> dict[tuple[str, int], dict[int, int]]:
+        """The group's pending transactional offsets: partition -> producer id -> offset
+        (the latest TxnOffsetCommit's, written or being written)."""
+        return {tp: {pid: value.offset for pid, value in by_producer.items()}
+                for tp, by_producer in self._engine.offsets.txn_pending(group_id).items()}
 
     # --- a write's outcome ------------------------------------------------------------
     # A Result with ``write`` holds its replies and its commits' offsets under that token
@@ -316,7 +369,8 @@ class Coordinator:
 
     def stored(self, token: int, now_ms: int) -> Result:
         """Write ``token`` is durable (in a cluster, in the ISR): the offsets it committed
-        become what OffsetFetch reads, and its replies come out as they were."""
+        become what OffsetFetch reads (a transaction marker's: its pending offsets end),
+        and its replies come out as they were."""
         engine = self._engine
         engine.out.reset()
         writes.stored(engine, token)
@@ -324,12 +378,14 @@ class Coordinator:
 
     def failed(self, token: int, code: ErrorCode, now_ms: int) -> Result:
         """Write ``token`` did not happen, or is not known to have: the offsets it
-        committed are dropped (OffsetFetch never showed them); its replies come out
-        saying so (OffsetCommit partitions that said NONE say ``code``, a SyncGroup
-        answered NONE says COORDINATOR_NOT_AVAILABLE); a group whose metadata it held
-        for its current generation, if Stable, resets its assignments and rebalances
-        (Kafka's rule for a leader's SyncGroup whose store failed). ``code``:
-        KAFKA_STORAGE_ERROR, COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR."""
+        committed are dropped (OffsetFetch never showed them), a TxnOffsetCommit's are
+        no longer pending, a transaction marker's still are; its replies come out
+        saying so (OffsetCommit and TxnOffsetCommit partitions that said NONE say
+        ``code``, a SyncGroup answered NONE says COORDINATOR_NOT_AVAILABLE); a group
+        whose metadata it held for its current generation, if Stable, resets its
+        assignments and rebalances (Kafka's rule for a leader's SyncGroup whose store
+        failed). ``code``: KAFKA_STORAGE_ERROR, COORDINATOR_NOT_AVAILABLE or
+        NOT_COORDINATOR."""
         engine = self._engine
         engine.out.reset()
         writes.failed(engine, token, code, now_ms)
@@ -356,6 +412,7 @@ class Coordinator:
         return sum(len(g.members) for g in self._engine.groups.values())
 
     def committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets (transactions' pending ones are not)."""
         return {tp: c.offset for tp, c in self._engine.offsets.of(group_id).items()}
 
     def group_ids(self) -> list[str]:

@@ -29,6 +29,7 @@ from groupwire.broker.coordinator.records import (
     GroupMetadataRecord,
     MemberRecord,
     OffsetDeleteRecord,
+    TxnOffsetDeleteRecord,
 )
 from groupwire.broker.coordinator.sharing import Sharing
 from groupwire.broker.coordinator.state import (
@@ -132,9 +133,12 @@ class Engine:
         return group
 
     def delete_group(self, group: Group, now_ms: int, reason: str) -> None:
-        """Tombstone the group and its offsets; anything still parked is told it is gone."""
+        """Tombstone the group and its offsets (transactions' pending ones too, as Kafka's
+        DeleteGroups); anything still parked is told it is gone."""
         gid = group.group_id
         out = self.out
+        for producer_id, (topic, partition) in self.offsets.drop_txn(gid):
+            out.records.append(TxnOffsetDeleteRecord(gid, topic, partition, producer_id))
         for topic, partition in self.offsets.drop_group(gid):
             out.records.append(OffsetDeleteRecord(gid, topic, partition))
         out.records.append(GroupDeleteRecord(gid))

@@ -12,13 +12,15 @@ from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.fencing import owner_map, restore_ownership
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.member import Member
-from groupwire.broker.coordinator.offsets import CommittedOffset
+from groupwire.broker.coordinator.offsets import CommittedOffset, TxnOffset
 from groupwire.broker.coordinator.records import (
     GroupDeleteRecord,
     GroupMetadataRecord,
     GroupRecord,
     OffsetCommitRecord,
     OffsetDeleteRecord,
+    TxnOffsetCommitRecord,
+    TxnOffsetDeleteRecord,
 )
 from groupwire.broker.coordinator.state import COMPLETING_REBALANCE, EMPTY, STABLE
 from groupwire.broker.coordinator.timers import RETENTION_KEY
@@ -33,7 +35,12 @@ def load(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
 
 def replay(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
     """Apply records in log order. Their times are wall times: they come back on the
-    monotonic clock (``Engine.wall_offset_ms``), as retention counts on it."""
+    monotonic clock (``Engine.wall_offset_ms``), as retention counts on it.
+
+    A transaction's offset whose key has no tombstone is pending again: its marker has
+    not been written, and the transaction coordinator sends it again (Kafka's load keeps
+    such offsets pending too). Its own key per producer makes that so whatever order
+    compaction left the records in."""
     offset = engine.wall_offset_ms
     for record in records:
         if isinstance(record, OffsetCommitRecord):
@@ -49,6 +56,16 @@ def replay(engine: Engine, records: Iterable[GroupRecord], now_ms: int) -> None:
         elif isinstance(record, GroupDeleteRecord):
             engine.groups.pop(record.group_id, None)
             engine.offsets.drop_group(record.group_id)
+        elif isinstance(record, TxnOffsetCommitRecord):
+            if record.group_id not in engine.groups:
+                engine.create_group(record.group_id, now_ms)  # as its TxnOffsetCommit did
+            engine.offsets.load_txn(record.group_id, record.producer_id,
+                                    (record.topic, record.partition),
+                                    TxnOffset(record.producer_epoch, record.offset,
+                                              record.metadata, record.commit_ms - offset))
+        elif isinstance(record, TxnOffsetDeleteRecord):
+            engine.offsets.unload_txn(record.group_id, record.producer_id,
+                                      (record.topic, record.partition))
 
 
 def _settle(engine: Engine, group: Group) -> None:

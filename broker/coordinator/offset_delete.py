@@ -6,9 +6,10 @@ group is GROUP_ID_NOT_FOUND; a group with members is refused NON_EMPTY_GROUP unl
 ``"consumer"`` group; a topic its members subscribe to keeps its offsets, every partition
 of it answered GROUP_SUBSCRIBED_TO_TOPIC (subscriptions that cannot be read count as
 subscribed, to be safe); every other partition's offset is forgotten, stored or still
-being written, and the partition answered NONE. A partition the topic does not have is
-UNKNOWN_TOPIC_OR_PARTITION, as Kafka's broker answers before its coordinator. An Empty
-group left without offsets goes at the next retention check, as in Kafka.
+being written, a transaction's pending one too (its key tombstoned), and the partition
+answered NONE. A partition the topic does not have is UNKNOWN_TOPIC_OR_PARTITION, as
+Kafka's broker answers before its coordinator. An Empty group left without offsets goes
+at the next retention check, as in Kafka.
 
 One difference: Kafka writes a tombstone only where it holds an offset; here every
 partition answered NONE gets one. Memory forgets at once, so after a write that failed
@@ -24,7 +25,7 @@ from groupwire.broker.coordinator.engine import Engine
 from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.member import TP
 from groupwire.broker.coordinator.outputs import RequestContext
-from groupwire.broker.coordinator.records import OffsetDeleteRecord
+from groupwire.broker.coordinator.records import OffsetDeleteRecord, TxnOffsetDeleteRecord
 from groupwire.broker.coordinator.transitions import Refuse
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
@@ -69,10 +70,12 @@ def handle_offset_delete(engine: Engine, ctx: RequestContext, req: OffsetDeleteR
                 wanted.append((name, index))
                 answers.append(OffsetDeleteResponsePartition(partition_index=index))
         topics.append(OffsetDeleteResponseTopic(name=name, partitions=answers))
-    engine.offsets.forget(group_id, wanted)
+    pending_txn = engine.offsets.forget(group_id, wanted)
     records = engine.out.records
     for topic_name, partition in dict.fromkeys(wanted):  # a partition named twice: once
         records.append(OffsetDeleteRecord(group_id, topic_name, partition))
+    for producer_id, (topic_name, partition) in pending_txn:  # transactions' go too
+        records.append(TxnOffsetDeleteRecord(group_id, topic_name, partition, producer_id))
     # with records, the answer is held until they are written (outputs.Outputs.build)
     engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetDeleteResponse(topics=topics))
 

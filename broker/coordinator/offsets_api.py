@@ -1,10 +1,12 @@
 """OffsetCommit (docs/design/kafka.md §10.1 + ownership fencing, docs/protocol.md §7.2) and
-OffsetFetch."""
+OffsetFetch (with KIP-447's ``require_stable``: transactions' pending offsets, txn_offsets.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 from groupwire.broker.coordinator import hosting
 from groupwire.broker.coordinator.engine import Engine
@@ -35,6 +37,7 @@ from groupwire.protocol.steps import Steps, run_steps
 
 NONE: Final = ErrorCode.NONE
 UNKNOWN_TOPIC_OR_PARTITION: Final = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+UNSTABLE_OFFSET_COMMIT: Final = ErrorCode.UNSTABLE_OFFSET_COMMIT
 OFFSET_METADATA_TOO_LARGE: Final = ErrorCode.OFFSET_METADATA_TOO_LARGE
 PARTITION_NOT_OWNED: Final = ErrorCode.PARTITION_NOT_OWNED
 
@@ -59,27 +62,16 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
                      and group.is_consumer and member.owned is not None else None)
     group_id = group.group_id
     staged: dict[TP, CommittedOffset] | None = None  # what the write stores, on first use
-    max_metadata = engine.config.offset_metadata_max_bytes
-    short_metadata = max_metadata // 4  # see _refusal
     records = engine.out.records
     commit_wall_ms = engine.wall_ms(now_ms)  # what the record keeps; memory keeps now_ms
     refused_all: list[TP] = []
     topics: list[OffsetCommitResponseTopic] = []
     for topic in req.topics:
         name = topic.name
-        count = engine.partition_count(name)
-        if count is None:
-            count = 0
-        refused: frozenset[TP] = frozenset()
-        if fenced_member is not None:
-            refused = not_owned(fenced_member, ((name, p.partition_index)
-                                                for p in topic.partitions), releasing=True)
         answers: list[OffsetCommitResponsePartition] = []
-        for p in topic.partitions:
+        for p, error in partition_verdicts(engine, name, topic.partitions, fenced_member):
             index = p.partition_index
             metadata = p.committed_metadata or ""
-            error = _refusal(name, index, metadata, count, refused, short_metadata,
-                             max_metadata)
             if error is PARTITION_NOT_OWNED:
                 refused_all.append((name, index))
             elif error is NONE:
@@ -97,10 +89,38 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
     engine.out.reply(ctx.conn_id, ctx.correlation_id, OffsetCommitResponse(topics=topics))
 
 
-def _refusal(name: str, index: int, metadata: str, count: int, refused: frozenset[TP],
+class CommitPartition(Protocol):
+    """A partition of an OffsetCommit or a TxnOffsetCommit."""
+
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+P = TypeVar("P", bound=CommitPartition)
+
+
+def partition_verdicts(engine: Engine, name: str, partitions: Sequence[P],
+                       fenced_member: Member | None) -> list[tuple[P, ErrorCode]]:
+    """Each partition of topic ``name`` in a commit, with why it is refused (NONE: it is
+    accepted); ``fenced_member``: the committer whose ownership fencing applies."""
+    max_metadata = engine.config.offset_metadata_max_bytes
+    short_metadata = max_metadata // 4  # see commit_refusal
+    count = engine.partition_count(name) or 0
+    refused: frozenset[TP] = frozenset()
+    if fenced_member is not None:
+        refused = not_owned(fenced_member, ((name, p.partition_index) for p in partitions),
+                            releasing=True)
+    return [(p, commit_refusal(name, p.partition_index, p.committed_metadata or "", count,
+                               refused, short_metadata, max_metadata)) for p in partitions]
+
+
+def commit_refusal(name: str, index: int, metadata: str, count: int, refused: frozenset[TP],
              short_metadata: int, max_metadata: int) -> ErrorCode:
-    """Why one partition of a commit is refused, or NONE. Metadata of at most
-    ``short_metadata`` characters fits whatever they are (4 bytes each), unencoded."""
+    """Why one partition of a commit (OffsetCommit, TxnOffsetCommit) is refused, or NONE.
+    Metadata of at most ``short_metadata`` characters fits whatever they are (4 bytes
+    each), unencoded."""
     if not 0 <= index < count:
         return UNKNOWN_TOPIC_OR_PARTITION
     if len(metadata) > short_metadata and len(metadata.encode()) > max_metadata:
@@ -236,7 +256,7 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
                 yield
             index = p.partition_index
             metadata = p.committed_metadata or ""
-            error = _refusal(name, index, metadata, count, refused, short_metadata,
+            error = commit_refusal(name, index, metadata, count, refused, short_metadata,
                              max_metadata)
             if error is PARTITION_NOT_OWNED:
                 refused_all.append((name, index))
@@ -340,7 +360,13 @@ def handle_offset_fetch(engine: Engine, ctx: RequestContext, req: OffsetFetchReq
 def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetFetchResponse]:
     """OffsetFetch as steps. Always allowed; unknown groups and partitions read as offset
     -1, metadata "". Each partition reads its offset as committed when it is reached
-    (a commit in between shows for the partitions read after it)."""
+    (a commit in between shows for the partitions read after it).
+
+    ``require_stable`` (KIP-447): a partition with a transaction's offset pending is
+    answered UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka's coordinator does, so a
+    read_committed consumer does not start from an offset its transaction is about to
+    replace; the consumer retries. All partitions (``topics`` None): those with a
+    committed offset, as without it."""
     group_id = req.group_id
     if engine.refusal is not None:
         refused = engine.refusal(group_id)
@@ -348,27 +374,37 @@ def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetF
             return OffsetFetchResponse(error_code=refused,
                                        error_message=hosting.message(group_id, refused))
     offsets = engine.offsets
+    stable = req.require_stable
+    unstable: AbstractSet[TP] = _NO_TPS  # read again wherever ``current`` is
     topics: list[OffsetFetchResponseTopic] = []
     work = 0
     if req.topics is None:
         by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
         committed = yield from sorted_steps(list(offsets.of(group_id)))
         current = offsets.of(group_id)
+        if stable:
+            unstable = offsets.txn_partitions(group_id)
         for tp in committed:
             work += 1
             if work >= STEP_WORK:
                 work = 0
                 yield
                 current = offsets.of(group_id)
+                if stable:
+                    unstable = offsets.txn_partitions(group_id)
             found = current.get(tp)
             if found is None:
                 continue  # deleted meanwhile: as if fetched after it
             topic, partition = tp
-            by_topic.setdefault(topic, []).append(OffsetFetchResponsePartition(
-                partition_index=partition, committed_offset=found.offset,
-                metadata=found.metadata))
+            by_topic.setdefault(topic, []).append(
+                _unstable(partition) if unstable and tp in unstable else
+                OffsetFetchResponsePartition(partition_index=partition,
+                                             committed_offset=found.offset,
+                                             metadata=found.metadata))
         topics = [OffsetFetchResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
     else:
+        if stable:
+            unstable = offsets.txn_partitions(group_id)
         for t in req.topics:
             answers: list[OffsetFetchResponsePartition] = []
             current = offsets.of(group_id)
@@ -378,6 +414,11 @@ def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetF
                     work = 0
                     yield
                     current = offsets.of(group_id)
+                    if stable:
+                        unstable = offsets.txn_partitions(group_id)
+                if unstable and (t.name, partition) in unstable:
+                    answers.append(_unstable(partition))
+                    continue
                 found = current.get((t.name, partition))
                 answers.append(OffsetFetchResponsePartition(partition_index=partition)
                                if found is None else
@@ -386,3 +427,11 @@ def offset_fetch_steps(engine: Engine, req: OffsetFetchRequest) -> Steps[OffsetF
                                    metadata=found.metadata))
             topics.append(OffsetFetchResponseTopic(name=t.name, partitions=answers))
     return OffsetFetchResponse(topics=topics)
+
+
+_NO_TPS: Final[frozenset[TP]] = frozenset()
+
+
+def _unstable(partition: int) -> OffsetFetchResponsePartition:
+    return OffsetFetchResponsePartition(partition_index=partition,
+                                        error_code=UNSTABLE_OFFSET_COMMIT)

@@ -1,8 +1,9 @@
 """Records the coordinator needs made durable, and their key/value encoding.
 
-A record's key names what it overwrites (kind + group, + topic + partition for offsets), so
-the offsets log can be compacted by key; a ``None`` value is a tombstone. The shell stores
-them in ``__consumer_offsets`` and replays them through ``Coordinator.load`` at start.
+A record's key names what it overwrites (kind + group, + topic + partition for offsets,
++ producer id for a transaction's pending offsets), so the offsets log can be compacted by
+key; a ``None`` value is a tombstone. The shell stores them in ``__consumer_offsets`` and
+replays them through ``Coordinator.load`` at start.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Final
 import msgpack
 
 _OFFSET: Final = "offset"
+_TXN_OFFSET: Final = "txn_offset"
 _GROUP: Final = "group"
 _VERSION: Final = 0
 
@@ -47,6 +49,48 @@ class OffsetDeleteRecord:
 
     def to_kv(self) -> tuple[bytes, bytes | None]:
         return _pack([_OFFSET, self.group_id, self.topic, self.partition]), None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRecord:
+    """An offset a transaction commits (TxnOffsetCommit, KIP-98): pending until the
+    transaction's marker, which writes its :class:`OffsetCommitRecord` (commit) and this
+    key's tombstone, :class:`TxnOffsetDeleteRecord` (commit or abort). Its own key, with
+    the producer id, rather than Kafka's shared offset key in a transactional batch: the
+    offsets log has no transaction markers, and compaction keeps one per (group,
+    partition, producer), so a pending offset is there until its tombstone whatever
+    compaction kept or reordered."""
+
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    offset: int
+    metadata: str
+    commit_ms: int
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        key = _pack([_TXN_OFFSET, self.group_id, self.topic, self.partition,
+                     self.producer_id])
+        value = {"v": _VERSION, "producer_epoch": self.producer_epoch, "offset": self.offset,
+                 "metadata": self.metadata, "commit_ms": self.commit_ms}
+        return key, _pack(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetDeleteRecord:
+    """The tombstone of a :class:`TxnOffsetCommitRecord`'s key: no longer pending (its
+    transaction ended, or the offset went with its group, topic or an OffsetDelete)."""
+
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
+
+    def to_kv(self) -> tuple[bytes, bytes | None]:
+        return _pack([_TXN_OFFSET, self.group_id, self.topic, self.partition,
+                      self.producer_id]), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +170,8 @@ class GroupDeleteRecord:
         return _pack([_GROUP, self.group_id]), None
 
 
-GroupRecord = OffsetCommitRecord | OffsetDeleteRecord | GroupMetadataRecord | GroupDeleteRecord
+GroupRecord = (OffsetCommitRecord | OffsetDeleteRecord | GroupMetadataRecord | GroupDeleteRecord
+               | TxnOffsetCommitRecord | TxnOffsetDeleteRecord)
 
 # An offset record's key is the array [_OFFSET, group, topic, partition] and its value the
 # map {"v", "offset", "metadata", "commit_ms"} in that order: msgpack writes an array or
@@ -218,6 +263,16 @@ def _decode(key: bytes, value: bytes | None) -> GroupRecord:
         v = _map(_unpack(value))
         return OffsetCommitRecord(group_id, topic, partition, offset=_int(v["offset"]),
                                   metadata=_str(v["metadata"]), commit_ms=_int(v["commit_ms"]))
+    if kind == _TXN_OFFSET and len(k) == 5:
+        group_id, topic, partition = _str(k[1]), _str(k[2]), _int(k[3])
+        producer_id = _int(k[4])
+        if value is None:
+            return TxnOffsetDeleteRecord(group_id, topic, partition, producer_id)
+        v = _map(_unpack(value))
+        return TxnOffsetCommitRecord(
+            group_id, topic, partition, producer_id,
+            producer_epoch=_int(v["producer_epoch"]), offset=_int(v["offset"]),
+            metadata=_str(v["metadata"]), commit_ms=_int(v["commit_ms"]))
     if kind == _GROUP and len(k) == 2:
         group_id = _str(k[1])
         if value is None:

@@ -28,6 +28,9 @@ from groupwire.protocol.messages import (
     OffsetDeleteResponsePartition,
     OffsetDeleteResponseTopic,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
+    TxnPartitionResult,
+    TxnTopicResult,
 )
 
 COMMIT_FAILURES: Final[Mapping[ErrorCode, str]] = MappingProxyType({
@@ -91,6 +94,13 @@ def _failed_reply(reply: Reply, code: ErrorCode) -> Reply:
                                               error_code=code, error_message=message)
                 if p.error_code == ErrorCode.NONE else p
                 for p in t.partitions])
+            for t in response.topics])
+    elif type(response) is TxnOffsetCommitResponse:
+        response = TxnOffsetCommitResponse(topics=[
+            TxnTopicResult(name=t.name, results=[
+                TxnPartitionResult(partition_index=p.partition_index, error_code=code)
+                if p.error_code == ErrorCode.NONE else p
+                for p in t.results])
             for t in response.topics])
     elif type(response) is SyncGroupResponse and response.error_code == ErrorCode.NONE:
         response = _FAILED_SYNC

@@ -16,7 +16,12 @@ from groupwire.broker.storage.errors import (
 )
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushTicket
-from groupwire.broker.storage.metadata import EVENTS_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC
+from groupwire.broker.storage.metadata import (
+    EVENTS_TOPIC,
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TRANSACTIONS_TOPIC,
+)
 from groupwire.broker.storage.partition_log import PartitionLog
 from groupwire.broker.storage.recovery import RecoveryReport
 from groupwire.broker.storage.topic_store import TopicStore
@@ -25,6 +30,7 @@ __all__ = [
     "EVENTS_TOPIC",
     "INTERNAL_TOPICS",
     "OFFSETS_TOPIC",
+    "TRANSACTIONS_TOPIC",
     "FileOps",
     "FlushTicket",
     "FsyncPolicy",

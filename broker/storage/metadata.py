@@ -18,7 +18,9 @@ META_FILE: Final = "meta.json"
 META_FORMAT: Final = 1
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 EVENTS_TOPIC: Final = "__group_events"
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, EVENTS_TOPIC})
+TRANSACTIONS_TOPIC: Final = "__transaction_state"
+"""Created on first need (``TopicStore.begin_create_internal``), as Kafka creates it."""
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, EVENTS_TOPIC, TRANSACTIONS_TOPIC})
 
 
 def check_topic_name(name: str) -> None:

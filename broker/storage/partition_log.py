@@ -14,6 +14,19 @@ the high watermark (what was never acknowledged nor served goes), reads back, ch
 rewrites and fsyncs everything above the last successful fsync, and only then accepts
 writes again (docs/design/storage.md, "Failed fsync").
 
+Producers' state (``broker.storage.producer_log``): an idempotent producer's batch is
+checked against it before it is appended (:meth:`PartitionLog.append_steps`), a
+transaction marker too (:meth:`PartitionLog.append_marker_steps`), and it says which
+transactions are open and which were aborted: the *last stable offset*
+(:attr:`PartitionLog.last_stable_offset`), below which read_committed consumers read
+(``read(..., to_stable=True)``, :meth:`PartitionLog.read_committed`), and the aborted
+transactions such a read must be told of (:meth:`PartitionLog.aborted_transactions`).
+It is built from the log when first needed: after a restart, a transaction left open
+keeps the last stable offset at its first offset only once the state is built, so the
+shell runs :meth:`PartitionLog.producer_states_steps` (in steps: a header read per
+batch of the log) before it answers anything that states a last stable offset; the
+properties build it at once if it is not (correct, but holding the loop for as long).
+
 A log becomes *replicated* once cluster mode calls :meth:`PartitionLog.become_leader`,
 :meth:`~PartitionLog.append_replica` or :meth:`~PartitionLog.set_high_watermark` (or at
 open, if it was before): it then keeps its leader-epoch cache in
@@ -46,7 +59,7 @@ from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.producer_log import (
     ProducerRefused,
-    read_producer_batch,
+    record_stored,
     replay,
     take_snapshot,
     write_snapshot,
@@ -73,7 +86,9 @@ from groupwire.protocol.stored_batches import (
     StoredHeader,
     as_stored,
     decode_any_records,
+    encode_marker,
     iter_any_batch_spans,
+    read_any_header,
     stamp_stored,
     stamped_header,
 )
@@ -165,9 +180,15 @@ class PartitionLog:
         self._appending = False
         """A stepped append is under way: other appends wait for it (or are refused)."""
         self._producers: ProducerStates | None = None
-        """Idempotent producers' state, built from the log when first needed
-        (``broker.storage.producer_log``); None until then."""
-        self._producer_snapshot = take_snapshot(self._ops, directory)
+        """Idempotent and transactional producers' state, built from the log when first
+        needed (``broker.storage.producer_log``); None until then."""
+        self._producers_build: Iterator[None] | None = None
+        """The build under way (:meth:`producer_states_steps`): every caller drives the
+        same one."""
+        self._producers_gen = 0
+        """Bumped by each cut of the log: a build that spanned one starts again."""
+        self._producer_snapshot = take_snapshot(self._ops, directory,
+                                                self.log_start_offset)
         """The snapshot a clean close left: where the build starts, unless the log was
         cut below the offset it covers."""
         if self._unsynced or self._dir_gen:
@@ -261,14 +282,19 @@ class PartitionLog:
         ``producer``: the batch's idempotent producer fields. It is checked against the
         producers' state first, with no other append in between: a retry of a batch
         stored already returns that batch's base offset and stores nothing, a batch out
-        of order or of a fenced epoch raises :class:`ProducerRefused`.
+        of order or of a fenced epoch, or a non-transactional one from a producer with a
+        transaction open here, raises :class:`ProducerRefused`. A transactional batch
+        starts its producer's transaction here unless one is open. A control batch is
+        refused (ValueError): markers are :meth:`append_marker_steps`'.
         """
+        if (producer is not None and producer.control) or as_stored(header).control:
+            raise ValueError("a control batch is written by append_marker_steps")
         while self._appending:
             yield
         if producer is not None:
             self._appending = True
             try:
-                states = yield from self._producer_states()
+                states = yield from self.producer_states_steps()
             finally:
                 self._appending = False
             verdict = states.check_batch(producer)
@@ -396,13 +422,13 @@ class PartitionLog:
                 if header.kafka or header.version != BATCH_V0:
                     self._assign_epoch(header)
                 yield from self._write_stepped(view[start:end], header, 0)
-                if self._producers is not None and header.kafka:
-                    producer = read_producer_batch(view, start)
-                    if producer is not None:
-                        self._producers.record_batch(producer, header.base_offset)
+                if self._producers is not None:
+                    record_stored(self._producers, view[start:end], 0, header.base_offset)
                 yield
         finally:
             self._appending = False
+        if self._producers is not None:
+            self._producers.first_unstable_offset(self._hw)  # forgets ended ones below
         return self._leo
 
     def truncate_to(self, offset: int) -> None:
@@ -450,28 +476,141 @@ class PartitionLog:
         if self._replicated and self._epoch_cache.entries != before:
             self._save_epochs()
 
-    # --- idempotent producers -------------------------------------------------------------
+    # --- idempotent and transactional producers ---------------------------------------
 
-    def _producer_states(self) -> Steps[ProducerStates]:
+    @property
+    def producer_states_built(self) -> bool:
+        """Whether the producers' state is in memory: :attr:`last_stable_offset` and
+        :meth:`aborted_transactions` then cost nothing."""
+        return self._producers is not None
+
+    def producer_states_steps(self) -> Steps[ProducerStates]:
         """The producers' state, built first if need be: from the snapshot a clean close
         left, else from the log's start, replaying every batch above (a header read
-        each, in steps)."""
-        if self._producers is not None:
-            return self._producers
-        snapshot, self._producer_snapshot = self._producer_snapshot, None
-        start, states = snapshot if snapshot is not None else (
-            self.log_start_offset, ProducerStates())
-        yield from replay(states, self._segments, start)
-        self._producers = states
-        return states
+        each, :data:`~.producer_log.REPLAY_STEP` batches a step).
+
+        Callers meanwhile drive the same build; appends and retention meanwhile are
+        followed, a truncation starts it again. Run it (``yield from``) before answering
+        with a last stable offset: a restart leaves the state unbuilt, and a transaction
+        open then is known only once it is built. Raises :class:`StorageError` if the log
+        is closed meanwhile."""
+        while self._producers is None:
+            build = self._producers_build
+            if build is None:
+                build = self._producers_build = self._build_producer_states()
+            try:
+                next(build)
+            except StopIteration:
+                if self._producers_build is build:
+                    self._producers_build = None
+                continue
+            except BaseException:
+                if self._producers_build is build:
+                    self._producers_build = None
+                raise
+            yield
+        return self._producers
+
+    _producer_states = producer_states_steps
+
+    def _build_producer_states(self) -> Iterator[None]:
+        while True:
+            gen = self._producers_gen
+            snapshot, self._producer_snapshot = self._producer_snapshot, None
+            start, states = snapshot if snapshot is not None else (
+                self.log_start_offset, ProducerStates())
+            self._check_open()
+            yield from replay(states, self._segments, start, self._replayed_step)
+            self._check_open()
+            if gen == self._producers_gen:
+                states.log_start_moved(self.log_start_offset)
+                states.first_unstable_offset(self._hw)
+                self._producers = states
+                return
+
+    def _replayed_step(self, states: ProducerStates) -> None:
+        self._check_open()
+        states.first_unstable_offset(self._hw)   # forgets ended transactions below it
 
     def _producers_cut(self, end: int) -> None:
-        """The log lost everything from ``end`` on: so do the producers' state and a
-        snapshot that covered any of it."""
-        if self._producers is not None:
-            self._producers.truncated(end)
+        """The log lost everything from ``end`` on: so do the producers' state (rebuilt
+        from the log at its next use if a marker was cut) and a snapshot that covered any
+        of it; a build under way starts again."""
+        if self._producers is not None and not self._producers.truncated(end):
+            self._producers = None
+        self._producers_gen += 1
         if self._producer_snapshot is not None and self._producer_snapshot[0] > end:
             self._producer_snapshot = None
+
+    def append_marker_steps(self, producer_id: int, producer_epoch: int, commit: bool,
+                            coordinator_epoch: int, timestamp_ms: int) -> Steps[int]:
+        """Write a transaction marker (WriteTxnMarkers, for the transaction coordinator)
+        for ``producer_id``; returns its offset.
+
+        The marker is a control batch in the log's format (Kafka's if the log
+        :attr:`holds_kafka`, msgpack layout v2 otherwise, so neither door converts more
+        than before), checked against the producers' state with no append in between: a
+        ``producer_epoch`` older than the producer's, or a ``coordinator_epoch`` older
+        than its last marker's, raises :class:`ProducerRefused` (INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED) and writes nothing. Written, it ends the
+        producer's transaction here (an abort is remembered for read_committed reads)
+        and its epoch becomes the producer's. Raises :class:`StorageError` if it cannot
+        be written."""
+        while self._appending:
+            yield
+        self._appending = True
+        try:
+            states = yield from self.producer_states_steps()
+        finally:
+            self._appending = False
+        verdict = states.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if isinstance(verdict, Refused):
+            raise ProducerRefused(verdict.code, verdict.message)
+        data = encode_marker(kafka_format=self.holds_kafka, producer_id=producer_id,
+                             producer_epoch=producer_epoch, commit=commit,
+                             coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms)
+        base = self.append(data, read_any_header(data))
+        states.record_marker(producer_id, producer_epoch, commit, base, timestamp_ms,
+                             coordinator_epoch)
+        states.first_unstable_offset(self._hw)   # forgets ended transactions below it
+        return base
+
+    def _built_states(self) -> ProducerStates:
+        states = self._producers
+        if states is None:
+            states = run_steps(self.producer_states_steps())
+        return states
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction has ended, for good (Kafka's LSO):
+        the first offset of the earliest transaction open, or ended by a marker not yet
+        below the high watermark; the high watermark if that is lower or there is none
+        (never below the log start). Builds the producers' state at once if it is not
+        (:meth:`producer_states_steps` does it in steps)."""
+        first = self._built_states().first_unstable_offset(self._hw)
+        hw = self._hw
+        if first is None or first >= hw:
+            return hw
+        return max(first, self.log_start_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of each aborted transaction a read_committed
+        read of offsets ``[start, end)`` must be told of (its marker at or after
+        ``start``, its first offset before ``end``), by marker offset; ``end`` is the
+        offset after the last batch read (or the last stable offset). Builds the
+        producers' state at once if it is not."""
+        return self._built_states().aborted_between(start, end)
+
+    def read_committed(self, fetch_offset: int, max_bytes: int, first_batch_always: bool,
+                       ) -> tuple[bytes, list[tuple[int, int]]]:
+        """A read_committed consumer's read: :meth:`read` below the last stable offset,
+        and the aborted transactions (:meth:`aborted_transactions`) its batches hold."""
+        data, end = self._read(fetch_offset, max_bytes, first_batch_always,
+                               self.last_stable_offset)
+        if not data:
+            return data, []
+        return data, self._built_states().aborted_between(fetch_offset, end)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle ``expiration_ms`` (``--producer-id-expiration-ms``);
@@ -847,10 +986,12 @@ class PartitionLog:
     # --- reading ------------------------------------------------------------------------
 
     def read(self, fetch_offset: int, max_bytes: int, first_batch_always: bool, *,
-             to_log_end: bool = False) -> bytes:
+             to_log_end: bool = False, to_stable: bool = False) -> bytes:
         """Whole batches from the one holding ``fetch_offset``, below the high watermark
-        (what consumers see), or with ``to_log_end`` below the log end (a follower's
-        fetch: it copies what is not committed yet too).
+        (what consumers see), with ``to_stable`` below the last stable offset (what
+        read_committed consumers see: :meth:`read_committed` adds the aborted
+        transactions), or with ``to_log_end`` below the log end (a follower's fetch: it
+        copies what is not committed yet too).
 
         At most ``max_bytes``, except that with ``first_batch_always`` the first batch is
         returned whatever its size (KIP-74). Stops at a segment end. Raises
@@ -860,14 +1001,23 @@ class PartitionLog:
         """
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")
-        start, hw = self.log_start_offset, self._leo if to_log_end else self._hw
+        limit = (self._leo if to_log_end
+                 else self.last_stable_offset if to_stable else self._hw)
+        return self._read(fetch_offset, max_bytes, first_batch_always, limit)[0]
+
+    def _read(self, fetch_offset: int, max_bytes: int, first_batch_always: bool,
+              limit: int) -> tuple[bytes, int]:
+        """:meth:`read` below ``limit``, and the offset just past what it returns."""
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
+        start = self.log_start_offset
         if not start <= fetch_offset <= self._leo:
             raise OffsetNotInLogError(
                 f"offset {fetch_offset} is outside [{start}, {self._leo}] "
                 f"for {self.topic}-{self.partition}")
-        if fetch_offset >= hw:
-            return b""
-        return self._slice(fetch_offset, max_bytes, first_batch_always, hw)[0]
+        if fetch_offset >= limit:
+            return b"", fetch_offset
+        return self._slice(fetch_offset, max_bytes, first_batch_always, limit)
 
     def _slice(self, offset: int, max_bytes: int, first_batch_always: bool,
                limit: int) -> tuple[bytes, int]:
@@ -1002,6 +1152,8 @@ class PartitionLog:
             self._unsynced = [s for s in self._unsynced if s is not seg]
             self._trash.append(seg.discard())  # its files go off the loop: take_trash
             deleted += 1
+        if deleted and self._producers is not None:
+            self._producers.log_start_moved(self.log_start_offset)
         if deleted and self._replicated and self._epoch_cache.latest_epoch is not None:
             before = self._epoch_cache.entries
             self._epoch_cache.truncate_from_start(self.log_start_offset)
@@ -1042,7 +1194,8 @@ class PartitionLog:
             if kept is not None:
                 try:
                     write_snapshot(self._ops, self.directory, kept[1], kept[0],
-                                   sync=self._sync_files)
+                                   sync=self._sync_files,
+                                   log_start_offset=self.log_start_offset)
                 except OSError:
                     clean = False
         if sync and self._replicated and self._hw != self._hw_saved:

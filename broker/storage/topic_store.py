@@ -187,6 +187,16 @@ class TopicStore:
                 f"number of partitions must be 1-{MAX_PARTITIONS}, got {num_partitions}")
         return self._reserve(name, 0, num_partitions)
 
+    def begin_create_internal(self, name: str, num_partitions: int) -> Creation:
+        """:meth:`begin_create_topic` for an internal topic the broker makes when first
+        needed (``__transaction_state``): no client name rule applies to it."""
+        self._check_open()
+        if not self.is_internal(name):
+            raise TopicRefusedError(f"{name} is not an internal topic")
+        if name in self._meta.topics or name in self._creating:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        return self._reserve(name, 0, num_partitions)
+
     def begin_create_partitions(self, name: str, new_total: int) -> Creation:
         """Loop thread: check and reserve growing ``name`` to ``new_total`` partitions
         (never shrinks; internal refused); then as :meth:`begin_create_topic`."""

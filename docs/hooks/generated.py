@@ -9,7 +9,9 @@ the built site:
 * ``config``: one row per broker setting (flag, environment variable, default, help),
   from the table that also builds the flags (reference/configuration.md);
 * ``sdk``: the public classes' signatures and docstrings (reference/sdk.md);
-* ``kafka-apis``: the Kafka APIs and versions the Kafka door serves (reference/kafka.md).
+* ``kafka-apis``: the Kafka APIs and versions the Kafka door serves (reference/kafka.md);
+* ``transaction-states``: the transaction coordinator's states and moves, from the table
+  the coordinator checks every move against (design/transactions.md).
 
 ``python docs/hooks/generated.py`` rewrites them (``--check`` only says which are out of
 date; tests/unit/docs fails on a stale page). As an MkDocs hook it regenerates the text
@@ -105,13 +107,14 @@ SDK_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What Admin takes and returns", (
         "TopicSpec", "TopicDescription", "PartitionDescription", "ClusterDescription",
         "BrokerDescription", "GroupListing", "GroupDescription", "MemberDescription",
-        "PartitionLag")),
+        "PartitionLag", "TransactionListing", "TransactionDescription")),
     ("ACLs and users", (
         "AclBinding", "AclBindingFilter", "ResourcePattern", "AccessControlEntry",
         "ScramCredentialInfo")),
     ("RebalanceListener", ("RebalanceListener",)),
     ("Security", ("SecurityConfig", "create_ssl_context")),
-    ("Types", ("TopicPartition", "Record", "RecordMetadata", "OffsetAndMetadata")),
+    ("Types", ("TopicPartition", "Record", "RecordMetadata", "OffsetAndMetadata",
+               "ConsumerGroupMetadata")),
 )
 """The SDK page's sections and the ``groupwire`` names each documents, in order."""
 
@@ -279,6 +282,13 @@ def kafka_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def transaction_states_markdown() -> str:
+    """The transaction coordinator's state diagram, drawn from its one table."""
+    from groupwire.broker.transactions.state import diagram
+
+    return f"```mermaid\n{diagram()}```\n"
+
+
 # --- committed pages -------------------------------------------------------------------
 
 PAGES: dict[str, tuple[str, Callable[[], str]]] = {
@@ -286,6 +296,7 @@ PAGES: dict[str, tuple[str, Callable[[], str]]] = {
     "reference/configuration.md": ("config", config_markdown),
     "reference/sdk.md": ("sdk", sdk_markdown),
     "reference/kafka.md": ("kafka-apis", kafka_markdown),
+    "design/transactions.md": ("transaction-states", transaction_states_markdown),
 }
 """Each page with generated text, its marker name and what generates it."""
 

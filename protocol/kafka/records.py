@@ -34,7 +34,9 @@ import msgpack
 
 from groupwire.protocol.batches import (
     BATCH_V1,
+    BATCH_V2,
     MIN_BATCH_SIZE,
+    NO_SEQUENCE,
     BatchHeader,
     BatchRecord,
     CorruptBatchError,
@@ -42,7 +44,11 @@ from groupwire.protocol.batches import (
     MalformedRecordError,
     RecordError,
     batch_crc,
+    check_header_fields,
+    control_record_key,
     header_size,
+    marker_value,
+    parse_control_record,
 )
 from groupwire.protocol.batches import decode_records as decode_msgpack_records
 from groupwire.protocol.batches import encode_batch as encode_msgpack_batch
@@ -66,9 +72,11 @@ __all__ = [
     "UnsupportedMessageFormatError",
     "batch_crc32c",
     "check_batch_steps",
+    "control_marker",
     "decode_records",
     "decompress_records",
     "encode_batch",
+    "encode_control_batch",
     "from_msgpack",
     "iter_batch_spans",
     "iter_mixed_spans",
@@ -130,6 +138,8 @@ byte each at least."""
 _MIN_INT32: Final = -(1 << 31)
 _MAX_INT32: Final = (1 << 31) - 1
 _MAX_INT64: Final = (1 << 63) - 1
+_MAX_INT16: Final = (1 << 15) - 1
+_SEQUENCES: Final = 1 << 31
 
 
 # --- errors -------------------------------------------------------------------------------
@@ -794,7 +804,9 @@ def check_batch_steps(data: bytes, *, max_decompressed: int = MAX_DECOMPRESSED_B
 
     Magic 2 (0 and 1 raise :class:`UnsupportedMessageFormatError`); ``batchLength``
     spans exactly ``data``; the CRC-32C; a known codec; no control batch (brokers write
-    those); ``count >= 1`` and ``lastOffsetDelta == count - 1``; then the records,
+    those) and, as Kafka's broker checks, a base sequence >= 0 with a producer id (a
+    transactional batch needs one), all INVALID_RECORD; ``count >= 1`` and
+    ``lastOffsetDelta == count - 1``; then the records,
     decompressed within ``max_decompressed`` bytes, are walked: each record's length
     covers exactly its fields, its offset delta is its index, and nothing follows the
     last. Batch-level faults raise :class:`CorruptBatchError` (CORRUPT_MESSAGE), a bad
@@ -829,6 +841,11 @@ def check_batch_steps(data: bytes, *, max_decompressed: int = MAX_DECOMPRESSED_B
         raise CorruptBatchError("CRC mismatch")
     if header.is_control:
         raise MalformedRecordError("clients may not write control batches")
+    if header.producer_id >= 0 and header.base_sequence < 0:   # Kafka's LogValidator
+        raise MalformedRecordError(f"invalid sequence number {header.base_sequence} in a "
+                                   f"batch of producer {header.producer_id}")
+    if header.is_transactional and header.producer_id < 0:
+        raise MalformedRecordError("a transactional batch needs a producer id")
     count = header.record_count
     if count < 1:
         raise CorruptBatchError("records count is 0")
@@ -977,49 +994,80 @@ def encode_batch(records: Sequence[RecordLike], base_offset: int = 0, *,
 
 def to_msgpack(kafka_batches: bytes | bytearray | memoryview, *,
                max_decompressed: int = MAX_DECOMPRESSED_BYTES) -> bytes:
-    """msgpack batches (layout v1) holding what ``kafka_batches`` hold, offset for offset.
+    """msgpack batches holding what ``kafka_batches`` hold, offset for offset.
 
     Each Kafka batch becomes one msgpack batch at its base offset with its partition
     leader epoch; keys, values, timestamps (as Kafka's consumers read them) and headers
-    (in order; values bytes or null) are kept. What msgpack batches cannot carry is
-    dropped: compression, producer id/epoch/sequence, the transactional flag and the
-    timestamp type. A batch whose offsets have gaps (compaction, never a producer)
-    becomes one msgpack batch per run of consecutive offsets; a control batch none.
+    (in order; values bytes or null) are kept. A batch with a producer id becomes
+    layout v2 with its producer id, epoch and base sequence and its transactional and
+    control bits, so a control batch stays a transaction marker at the same offset and a
+    transaction's records keep their producer; one without becomes layout v1. What
+    msgpack batches cannot carry is dropped: compression and the timestamp type. A batch
+    whose offsets have gaps (compaction, never a producer) becomes one msgpack batch per
+    run of consecutive offsets (each run's base sequence its first record's); a control
+    batch without a producer id (no broker writes one), none.
     """
     out: list[bytes] = []
     for header, start, _ in iter_batch_spans(kafka_batches):
-        if not header.is_control:
-            out += _to_msgpack(header, kafka_batches, start, max_decompressed)
+        out += _to_msgpack(header, kafka_batches, start, max_decompressed)
     return b"".join(out)
+
+
+def _v2_fields(header: KafkaBatchHeader) -> tuple[int, int, int] | None:
+    """The producer fields a msgpack v2 batch carries for ``header``'s batch (a control
+    batch's base sequence -1), or None when it has none a v2 batch can hold."""
+    pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+    if pid < 0 or not 0 <= epoch <= _MAX_INT16:
+        return None
+    if header.is_control:
+        return pid, epoch, NO_SEQUENCE
+    if not 0 <= seq < _SEQUENCES:
+        return None
+    return pid, epoch, seq
 
 
 def _to_msgpack(header: KafkaBatchHeader, data: bytes | bytearray | memoryview, start: int,
                 max_decompressed: int) -> list[bytes]:
+    producer = _v2_fields(header)
+    if header.is_control and producer is None:
+        return []
+
+    def build(run: list[BatchRecord], delta: int) -> bytes:
+        base = header.base_offset + delta
+        if producer is None:
+            return encode_msgpack_batch(run, base, version=BATCH_V1,
+                                        leader_epoch=header.leader_epoch)
+        pid, epoch, seq = producer
+        return encode_msgpack_batch(
+            run, base, version=BATCH_V2, leader_epoch=header.leader_epoch,
+            producer_id=pid, producer_epoch=epoch,
+            base_sequence=seq if seq == NO_SEQUENCE else (seq + delta) % _SEQUENCES,
+            transactional=header.is_transactional, control=header.is_control)
+
     rows = _rows(header, data, start, max_decompressed)
     out: list[bytes] = []
     run: list[BatchRecord] = []
     run_base = expected = -1
     for delta, ts, key, value, headers in rows:
         if delta != expected and run:
-            out.append(encode_msgpack_batch(run, header.base_offset + run_base,
-                                            version=BATCH_V1,
-                                            leader_epoch=header.leader_epoch))
+            out.append(build(run, run_base))
             run = []
         if not run:
             run_base = delta
         run.append(BatchRecord(value, key, headers, ts))
         expected = delta + 1
     if run:
-        out.append(encode_msgpack_batch(run, header.base_offset + run_base,
-                                        version=BATCH_V1, leader_epoch=header.leader_epoch))
+        out.append(build(run, run_base))
     return out
 
 
 def from_msgpack(msgpack_batches: bytes | bytearray | memoryview) -> bytes:
     """Uncompressed Kafka batches holding what ``msgpack_batches`` hold, one per batch:
     same base offset, leader epoch (-1 from a v0 batch), keys, values, CreateTime
-    timestamps and headers (names UTF-8 encoded). Producer id, epoch and sequence are
-    -1, as from a producer that is not idempotent."""
+    timestamps and headers (names UTF-8 encoded). A v2 batch keeps its producer id,
+    epoch and base sequence and its transactional and control bits (a control batch
+    stays a transaction marker, its record Kafka's control record byte for byte); v0
+    and v1 batches get -1, as from a producer that is not idempotent."""
     view = memoryview(msgpack_batches)
     out: list[bytes] = []
     pos = 0
@@ -1034,11 +1082,53 @@ def from_msgpack(msgpack_batches: bytes | bytearray | memoryview) -> bytes:
 def _from_msgpack(header: BatchHeader, data: bytes | bytearray | memoryview, start: int,
                   end: int) -> bytes:
     try:
-        records = decode_msgpack_records(bytes(data[start:end]))
+        records = decode_msgpack_records(bytes(data[start:end]), control=True)
     except CorruptBatchError as exc:
         exc.position += start
         raise
-    return encode_batch(records, header.base_offset, leader_epoch=header.leader_epoch)
+    return encode_batch(records, header.base_offset, leader_epoch=header.leader_epoch,
+                        producer_id=header.producer_id,
+                        producer_epoch=header.producer_epoch,
+                        base_sequence=header.base_sequence,
+                        is_transactional=header.is_transactional,
+                        is_control=header.is_control)
+
+
+def encode_control_batch(producer_id: int, producer_epoch: int, commit: bool,
+                         coordinator_epoch: int, timestamp_ms: int, base_offset: int = 0,
+                         *, leader_epoch: int = -1) -> bytes:
+    """A transaction marker as Kafka's brokers write it: attributes transactional and
+    control, base sequence -1, one record (key: int16 version 0, int16 type 1 commit / 0
+    abort; value: int16 version 0, int32 coordinator epoch) at ``timestamp_ms``."""
+    if producer_id < 0 or not 0 <= producer_epoch <= _MAX_INT16:
+        raise LocalProtocolError(f"a marker needs a producer id and epoch, not "
+                                 f"{producer_id}, {producer_epoch}")
+    record = BatchRecord(marker_value(coordinator_epoch), control_record_key(commit), (),
+                         timestamp_ms)
+    return encode_batch([record], base_offset, leader_epoch=leader_epoch,
+                        producer_id=producer_id, producer_epoch=producer_epoch,
+                        base_sequence=NO_SEQUENCE, is_transactional=True, is_control=True)
+
+
+def control_marker(data: bytes | bytearray | memoryview, pos: int = 0, *,
+                   max_decompressed: int = MAX_DECOMPRESSED_BYTES) -> tuple[bool, int]:
+    """``(commit, coordinator_epoch)`` of the control batch at ``pos`` (CRC-checked);
+    :class:`CorruptBatchError` if it is not one holding a marker."""
+    header = read_header(data, pos)
+    if not header.is_control:
+        raise CorruptBatchError("not a control batch", position=pos)
+    end = _check_header(header, pos, len(data))
+    if batch_crc32c(data, pos, end) != header.crc:
+        raise CorruptBatchError("CRC mismatch", position=pos)
+    rows = _rows(header, data, pos, max_decompressed)
+    if not rows:
+        raise CorruptBatchError("a control batch holds no record", position=pos)
+    _, _, key, value, _ = rows[0]
+    try:
+        return parse_control_record(key, value)
+    except CorruptBatchError as exc:
+        exc.position = pos
+        raise
 
 
 def msgpack_to_kafka(data: bytes | bytearray | memoryview) -> bytes:
@@ -1070,8 +1160,7 @@ def _convert(data: bytes | bytearray | memoryview, *, kafka: bool,
             out.append(view[keep_from:start])
             keep_from = -1
         if isinstance(header, KafkaBatchHeader):
-            if not header.is_control:
-                out += _to_msgpack(header, view, start, max_decompressed)
+            out += _to_msgpack(header, view, start, max_decompressed)
         else:
             out.append(_from_msgpack(header, view, start, end))
     if keep_from == 0 and pos == len(view):
@@ -1128,11 +1217,7 @@ def _msgpack_spans(view: memoryview, pos: int, check_crc: bool,
         if size - at < MIN_BATCH_SIZE:
             raise CorruptBatchError(f"truncated batch: {size - at} bytes left", position=at)
         header = read_msgpack_header(view, at)
-        if header.attributes != 0:
-            raise CorruptBatchError(f"attributes {header.attributes} != 0 (unsupported)",
-                                    position=at)
-        if header.record_count < 1:
-            raise CorruptBatchError("record_count is 0", position=at)
+        check_header_fields(header, at)
         count = _array_length(view, at + header_size(header.version), at)
         if count != header.record_count:
             raise CorruptBatchError(

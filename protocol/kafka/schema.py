@@ -31,12 +31,12 @@ SERVED: Mapping[int, tuple[int, int]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
-    22: (0, 1),  # InitProducerId
+    22: (0, 4),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
-    24: (0, 1),  # AddPartitionsToTxn
-    25: (0, 1),  # AddOffsetsToTxn
-    26: (0, 1),  # EndTxn
-    28: (0, 2),  # TxnOffsetCommit
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 3),  # AddOffsetsToTxn
+    26: (0, 3),  # EndTxn
+    28: (0, 3),  # TxnOffsetCommit
     29: (1, 1),  # DescribeAcls
     30: (1, 1),  # CreateAcls
     31: (1, 1),  # DeleteAcls
@@ -50,6 +50,8 @@ SERVED: Mapping[int, tuple[int, int]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 0),  # ListTransactions
 }
 
 API_NAMES: Mapping[int, str] = {
@@ -89,6 +91,8 @@ API_NAMES: Mapping[int, str] = {
     50: 'DescribeUserScramCredentials',
     51: 'AlterUserScramCredentials',
     60: 'DescribeCluster',
+    65: 'DescribeTransactions',
+    66: 'ListTransactions',
 }
 
 REQUESTS: Mapping[int, Message] = {
@@ -245,9 +249,11 @@ REQUESTS: Mapping[int, Message] = {
         F('topic_names', 'string', (1, 3), array=True, default=()),
         F('timeout_ms', 'int32', (1, 3), default=0),
     )),
-    22: Message(22, 'InitProducerId', False, (0, 1), 2, (
-        F('transactional_id', 'string', (0, 1), nullable=(0, 1), default=''),
-        F('transaction_timeout_ms', 'int32', (0, 1), default=0),
+    22: Message(22, 'InitProducerId', False, (0, 4), 2, (
+        F('transactional_id', 'string', (0, 4), nullable=(0, 4), default=''),
+        F('transaction_timeout_ms', 'int32', (0, 4), default=0),
+        F('producer_id', 'int64', (3, 4), default=-1),
+        F('producer_epoch', 'int16', (3, 4), default=-1),
     )),
     23: Message(23, 'OffsetForLeaderEpoch', False, (2, 3), 4, (
         F('replica_id', 'int32', (3, 3), default=-2),
@@ -260,39 +266,42 @@ REQUESTS: Mapping[int, Message] = {
             )),
         )),
     )),
-    24: Message(24, 'AddPartitionsToTxn', False, (0, 1), 3, (
-        F('v3_and_below_transactional_id', 'string', (0, 1), default=''),
-        F('v3_and_below_producer_id', 'int64', (0, 1), default=0),
-        F('v3_and_below_producer_epoch', 'int16', (0, 1), default=0),
-        F('v3_and_below_topics', 'struct', (0, 1), array=True, default=(), fields=(
-            F('name', 'string', (0, 1), default=''),
-            F('partitions', 'int32', (0, 1), array=True, default=()),
+    24: Message(24, 'AddPartitionsToTxn', False, (0, 3), 3, (
+        F('v3_and_below_transactional_id', 'string', (0, 3), default=''),
+        F('v3_and_below_producer_id', 'int64', (0, 3), default=0),
+        F('v3_and_below_producer_epoch', 'int16', (0, 3), default=0),
+        F('v3_and_below_topics', 'struct', (0, 3), array=True, default=(), fields=(
+            F('name', 'string', (0, 3), default=''),
+            F('partitions', 'int32', (0, 3), array=True, default=()),
         )),
     )),
-    25: Message(25, 'AddOffsetsToTxn', False, (0, 1), 3, (
-        F('transactional_id', 'string', (0, 1), default=''),
-        F('producer_id', 'int64', (0, 1), default=0),
-        F('producer_epoch', 'int16', (0, 1), default=0),
-        F('group_id', 'string', (0, 1), default=''),
+    25: Message(25, 'AddOffsetsToTxn', False, (0, 3), 3, (
+        F('transactional_id', 'string', (0, 3), default=''),
+        F('producer_id', 'int64', (0, 3), default=0),
+        F('producer_epoch', 'int16', (0, 3), default=0),
+        F('group_id', 'string', (0, 3), default=''),
     )),
-    26: Message(26, 'EndTxn', False, (0, 1), 3, (
-        F('transactional_id', 'string', (0, 1), default=''),
-        F('producer_id', 'int64', (0, 1), default=0),
-        F('producer_epoch', 'int16', (0, 1), default=0),
-        F('committed', 'bool', (0, 1), default=False),
+    26: Message(26, 'EndTxn', False, (0, 3), 3, (
+        F('transactional_id', 'string', (0, 3), default=''),
+        F('producer_id', 'int64', (0, 3), default=0),
+        F('producer_epoch', 'int16', (0, 3), default=0),
+        F('committed', 'bool', (0, 3), default=False),
     )),
-    28: Message(28, 'TxnOffsetCommit', False, (0, 2), 3, (
-        F('transactional_id', 'string', (0, 2), default=''),
-        F('group_id', 'string', (0, 2), default=''),
-        F('producer_id', 'int64', (0, 2), default=0),
-        F('producer_epoch', 'int16', (0, 2), default=0),
-        F('topics', 'struct', (0, 2), array=True, default=(), fields=(
-            F('name', 'string', (0, 2), default=''),
-            F('partitions', 'struct', (0, 2), array=True, default=(), fields=(
-                F('partition_index', 'int32', (0, 2), default=0),
-                F('committed_offset', 'int64', (0, 2), default=0),
-                F('committed_leader_epoch', 'int32', (2, 2), default=-1),
-                F('committed_metadata', 'string', (0, 2), nullable=(0, 2), default=''),
+    28: Message(28, 'TxnOffsetCommit', False, (0, 3), 3, (
+        F('transactional_id', 'string', (0, 3), default=''),
+        F('group_id', 'string', (0, 3), default=''),
+        F('producer_id', 'int64', (0, 3), default=0),
+        F('producer_epoch', 'int16', (0, 3), default=0),
+        F('generation_id', 'int32', (3, 3), default=-1),
+        F('member_id', 'string', (3, 3), default=''),
+        F('group_instance_id', 'string', (3, 3), nullable=(3, 3)),
+        F('topics', 'struct', (0, 3), array=True, default=(), fields=(
+            F('name', 'string', (0, 3), default=''),
+            F('partitions', 'struct', (0, 3), array=True, default=(), fields=(
+                F('partition_index', 'int32', (0, 3), default=0),
+                F('committed_offset', 'int64', (0, 3), default=0),
+                F('committed_leader_epoch', 'int32', (2, 3), default=-1),
+                F('committed_metadata', 'string', (0, 3), nullable=(0, 3), default=''),
             )),
         )),
     )),
@@ -402,6 +411,13 @@ REQUESTS: Mapping[int, Message] = {
     60: Message(60, 'DescribeCluster', False, (0, 1), 0, (
         F('include_cluster_authorized_operations', 'bool', (0, 1), default=False),
         F('endpoint_type', 'int8', (1, 1), default=1),
+    )),
+    65: Message(65, 'DescribeTransactions', False, (0, 0), 0, (
+        F('transactional_ids', 'string', (0, 0), array=True, default=()),
+    )),
+    66: Message(66, 'ListTransactions', False, (0, 0), 0, (
+        F('state_filters', 'string', (0, 0), array=True, default=()),
+        F('producer_id_filters', 'int64', (0, 0), array=True, default=()),
     )),
 }
 
@@ -621,11 +637,11 @@ RESPONSES: Mapping[int, Message] = {
             F('error_code', 'int16', (1, 3), default=0),
         )),
     )),
-    22: Message(22, 'InitProducerId', True, (0, 1), 2, (
-        F('throttle_time_ms', 'int32', (0, 1), default=0),
-        F('error_code', 'int16', (0, 1), default=0),
-        F('producer_id', 'int64', (0, 1), default=-1),
-        F('producer_epoch', 'int16', (0, 1), default=0),
+    22: Message(22, 'InitProducerId', True, (0, 4), 2, (
+        F('throttle_time_ms', 'int32', (0, 4), default=0),
+        F('error_code', 'int16', (0, 4), default=0),
+        F('producer_id', 'int64', (0, 4), default=-1),
+        F('producer_epoch', 'int16', (0, 4), default=0),
     )),
     23: Message(23, 'OffsetForLeaderEpoch', True, (2, 3), 4, (
         F('throttle_time_ms', 'int32', (2, 3), default=0),
@@ -639,31 +655,31 @@ RESPONSES: Mapping[int, Message] = {
             )),
         )),
     )),
-    24: Message(24, 'AddPartitionsToTxn', True, (0, 1), 3, (
-        F('throttle_time_ms', 'int32', (0, 1), default=0),
-        F('results_by_topic_v3_and_below', 'struct', (0, 1), array=True, default=(), fields=(
-            F('name', 'string', (0, 1), default=''),
-            F('results_by_partition', 'struct', (0, 1), array=True, default=(), fields=(
-                F('partition_index', 'int32', (0, 1), default=0),
-                F('partition_error_code', 'int16', (0, 1), default=0),
+    24: Message(24, 'AddPartitionsToTxn', True, (0, 3), 3, (
+        F('throttle_time_ms', 'int32', (0, 3), default=0),
+        F('results_by_topic_v3_and_below', 'struct', (0, 3), array=True, default=(), fields=(
+            F('name', 'string', (0, 3), default=''),
+            F('results_by_partition', 'struct', (0, 3), array=True, default=(), fields=(
+                F('partition_index', 'int32', (0, 3), default=0),
+                F('partition_error_code', 'int16', (0, 3), default=0),
             )),
         )),
     )),
-    25: Message(25, 'AddOffsetsToTxn', True, (0, 1), 3, (
-        F('throttle_time_ms', 'int32', (0, 1), default=0),
-        F('error_code', 'int16', (0, 1), default=0),
+    25: Message(25, 'AddOffsetsToTxn', True, (0, 3), 3, (
+        F('throttle_time_ms', 'int32', (0, 3), default=0),
+        F('error_code', 'int16', (0, 3), default=0),
     )),
-    26: Message(26, 'EndTxn', True, (0, 1), 3, (
-        F('throttle_time_ms', 'int32', (0, 1), default=0),
-        F('error_code', 'int16', (0, 1), default=0),
+    26: Message(26, 'EndTxn', True, (0, 3), 3, (
+        F('throttle_time_ms', 'int32', (0, 3), default=0),
+        F('error_code', 'int16', (0, 3), default=0),
     )),
-    28: Message(28, 'TxnOffsetCommit', True, (0, 2), 3, (
-        F('throttle_time_ms', 'int32', (0, 2), default=0),
-        F('topics', 'struct', (0, 2), array=True, default=(), fields=(
-            F('name', 'string', (0, 2), default=''),
-            F('partitions', 'struct', (0, 2), array=True, default=(), fields=(
-                F('partition_index', 'int32', (0, 2), default=0),
-                F('error_code', 'int16', (0, 2), default=0),
+    28: Message(28, 'TxnOffsetCommit', True, (0, 3), 3, (
+        F('throttle_time_ms', 'int32', (0, 3), default=0),
+        F('topics', 'struct', (0, 3), array=True, default=(), fields=(
+            F('name', 'string', (0, 3), default=''),
+            F('partitions', 'struct', (0, 3), array=True, default=(), fields=(
+                F('partition_index', 'int32', (0, 3), default=0),
+                F('error_code', 'int16', (0, 3), default=0),
             )),
         )),
     )),
@@ -820,5 +836,31 @@ RESPONSES: Mapping[int, Message] = {
             F('rack', 'string', (0, 1), nullable=(0, 1)),
         )),
         F('cluster_authorized_operations', 'int32', (0, 1), default=-2147483648),
+    )),
+    65: Message(65, 'DescribeTransactions', True, (0, 0), 0, (
+        F('throttle_time_ms', 'int32', (0, 0), default=0),
+        F('transaction_states', 'struct', (0, 0), array=True, default=(), fields=(
+            F('error_code', 'int16', (0, 0), default=0),
+            F('transactional_id', 'string', (0, 0), default=''),
+            F('transaction_state', 'string', (0, 0), default=''),
+            F('transaction_timeout_ms', 'int32', (0, 0), default=0),
+            F('transaction_start_time_ms', 'int64', (0, 0), default=0),
+            F('producer_id', 'int64', (0, 0), default=0),
+            F('producer_epoch', 'int16', (0, 0), default=0),
+            F('topics', 'struct', (0, 0), array=True, default=(), fields=(
+                F('topic', 'string', (0, 0), default=''),
+                F('partitions', 'int32', (0, 0), array=True, default=()),
+            )),
+        )),
+    )),
+    66: Message(66, 'ListTransactions', True, (0, 0), 0, (
+        F('throttle_time_ms', 'int32', (0, 0), default=0),
+        F('error_code', 'int16', (0, 0), default=0),
+        F('unknown_state_filters', 'string', (0, 0), array=True, default=()),
+        F('transaction_states', 'struct', (0, 0), array=True, default=(), fields=(
+            F('transactional_id', 'string', (0, 0), default=''),
+            F('producer_id', 'int64', (0, 0), default=0),
+            F('transaction_state', 'string', (0, 0), default=''),
+        )),
     )),
 }

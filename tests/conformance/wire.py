@@ -47,6 +47,11 @@ class Api:
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -57,10 +62,12 @@ class Api:
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
-ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 29, 30,
-                31, 36, 37, 42, 43, 47, 50, 51)
+ALL_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25,
+                26, 27, 28, 29, 30, 31, 36, 37, 42, 43, 47, 50, 51, 65, 66)
 
 
 class Err:
@@ -87,9 +94,18 @@ class Err:
     INVALID_REQUEST = 42
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    OPERATION_NOT_ATTEMPTED = 55
+    UNSTABLE_OFFSET_COMMIT = 88
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    INVALID_RECORD = 87
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     MEMBER_ID_REQUIRED = 79
@@ -513,9 +529,11 @@ def batch_v1(records: list[Rec], base_ts: int = 1_732_250_000_000) -> bytes:
 
 
 def batch_v2(records: list[Rec], *, producer_id: int, producer_epoch: int,
-             base_sequence: int, base_ts: int = 1_732_250_000_000) -> bytes:
+             base_sequence: int, base_ts: int = 1_732_250_000_000,
+             attributes: int = 0) -> bytes:
     """A layout v2 batch (§5.1): v1's header with producer id, epoch and base sequence
-    after the epoch, all three under the CRC (bytes 16-46, then 52-end)."""
+    after the epoch, all three under the CRC (bytes 16-46, then 52-end); ``attributes``
+    0x10 transactional, 0x20 control."""
     head = bytearray([MARKER_ARRAY2, 0x99])
     head += b"\xcf" + struct.pack(">Q", 0)
     head += b"\xd2" + struct.pack(">i", -1)
@@ -525,10 +543,22 @@ def batch_v2(records: list[Rec], *, producer_id: int, producer_epoch: int,
     head += b"\xd3" + struct.pack(">q", base_ts)
     head += b"\xce" + struct.pack(">I", len(records))
     head += b"\xce" + b"\x00\x00\x00\x00"
-    head += b"\x00"
+    head += bytes([attributes])
     out = head + records_region(records)
     struct.pack_into(">I", out, 48, zlib.crc32(bytes(out[52:]), zlib.crc32(bytes(out[16:47]))))
     return bytes(out)
+
+
+def control_batch_v2(*, producer_id: int, producer_epoch: int, commit: bool,
+                     coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """A transaction marker (§5.1, §5.5): layout v2, attributes 0x30, base sequence -1,
+    one record whose key is Kafka's control-record key (int16 0, int16 type: 1 commit)
+    and whose value is Kafka's marker value (int16 0, int32 coordinator epoch)."""
+    key = struct.pack(">hh", 0, 1 if commit else 0)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return batch_v2([Rec(key, value)], producer_id=producer_id,
+                    producer_epoch=producer_epoch, base_sequence=-1, base_ts=timestamp_ms,
+                    attributes=0x30)
 
 
 def with_offset_and_epoch(b: bytes, offset: int, epoch: int) -> bytes:

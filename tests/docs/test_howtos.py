@@ -15,7 +15,7 @@ from .howto import ROOT, Block, HowtoError, PageSkipped, cover_problem, parse_pa
 PAGES = ["README.md", "docs/tutorial.md", "docs/how-to/security.md",
          "docs/how-to/cluster.md", "docs/how-to/chaos.md", "docs/how-to/db-offsets.md",
          "docs/how-to/spark.md", "docs/how-to/deploy.md", "docs/how-to/aiokafka.md",
-         "docs/how-to/kafka-clients.md"]
+         "docs/how-to/kafka-clients.md", "docs/how-to/exactly-once.md"]
 TIERS = {"docs/how-to/chaos.md": pytest.mark.chaos, "docs/how-to/spark.md": pytest.mark.spark}
 """Pages that run chaos or Spark take those tiers' markers too, so ``-m "not spark"``
 leaves them out with the rest of their tier."""

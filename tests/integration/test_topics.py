@@ -47,8 +47,8 @@ async def test_api_versions_lists_every_api_and_frame_limit(broker, connect) -> 
     resp = await conn.send(ApiVersionsRequest(), response_type=ApiVersionsResponse)
     assert resp.error_code == 0
     assert sorted(k.api_key for k in resp.api_keys) == [
-        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 29, 30, 31,
-        36, 37, 42, 43, 47, 50, 51]
+        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22, 23, 24, 25, 26,
+        27, 28, 29, 30, 31, 36, 37, 42, 43, 47, 50, 51, 65, 66]
     assert resp.max_frame_bytes == broker.settings.max_frame_bytes
 
 

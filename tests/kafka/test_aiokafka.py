@@ -441,3 +441,64 @@ async def test_groups_are_listed_described_and_deleted(bootstrap: str, name: str
         assert list(deleted.results) == [(group, 0)]
         assert group not in {g for g, _ in await admin.list_consumer_groups()}
         assert await admin.list_consumer_group_offsets(group) == {}
+
+
+# --- transactions ------------------------------------------------------------------------
+
+
+async def test_a_transactional_producer_commits_aborts_and_is_read_committed(
+        bootstrap: str, name: str) -> None:
+    """aiokafka's transactional producer (transaction() as a context manager): the
+    committed records are read_committed, the aborted ones only read_uncommitted."""
+    await _create(bootstrap, name, partitions=2)
+    async with _producer(bootstrap, transactional_id=f"tx-{name}") as producer:
+        async with producer.transaction():
+            for i in range(10):
+                await producer.send(name, f"c{i}".encode(), partition=i % 2)
+        await producer.begin_transaction()
+        sent = [await producer.send(name, f"a{i}".encode(), partition=i % 2)
+                for i in range(4)]
+        await asyncio.gather(*sent)  # stored before the abort
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send(name, b"c-last", partition=0)
+    committed = await _read_all(bootstrap, name, 11, isolation_level="read_committed")
+    uncommitted = await _read_all(bootstrap, name, 15)
+    assert sorted(r.value for r in committed) == sorted(
+        [f"c{i}".encode() for i in range(10)] + [b"c-last"])
+    assert sorted(r.value for r in uncommitted) == sorted(
+        [r.value for r in committed] + [f"a{i}".encode() for i in range(4)])
+
+
+async def test_offsets_sent_to_a_transaction_are_committed_with_it(bootstrap: str,
+                                                                   name: str) -> None:
+    """send_offsets_to_transaction: the group's offsets appear when the transaction
+    commits and not when it aborts."""
+    await _create(bootstrap, name, partitions=1)
+    group = f"g-{name}"
+    tp = TopicPartition(name, 0)
+    async with _producer(bootstrap, transactional_id=f"tx-{name}") as producer:
+        async with producer.transaction():
+            await producer.send(name, b"x", partition=0)
+            await producer.send_offsets_to_transaction({tp: 7}, group)
+        await producer.begin_transaction()
+        await producer.send_offsets_to_transaction({tp: 9}, group)
+        await producer.abort_transaction()
+    async with _admin(bootstrap) as admin:
+        offsets = await admin.list_consumer_group_offsets(group)
+    assert offsets[tp].offset == 7
+
+
+async def test_a_newer_transactional_producer_fences_the_older_one(bootstrap: str,
+                                                                   name: str) -> None:
+    await _create(bootstrap, name, partitions=1)
+    async with _producer(bootstrap, transactional_id=f"tx-{name}") as zombie:
+        await zombie.begin_transaction()
+        await (await zombie.send(name, b"zombie", partition=0))
+        async with _producer(bootstrap, transactional_id=f"tx-{name}") as successor, \
+                successor.transaction():
+            await successor.send(name, b"successor", partition=0)
+        with pytest.raises(aiokafka.errors.ProducerFenced):
+            await zombie.commit_transaction()
+    got = await _read_all(bootstrap, name, 1, isolation_level="read_committed")
+    assert [r.value for r in got] == [b"successor"]

@@ -8,6 +8,7 @@ from groupwire.broker.kafka.apis.elections import ELECTION_TRANSLATORS
 from groupwire.broker.kafka.apis.groups import GROUP_TRANSLATORS
 from groupwire.broker.kafka.apis.records import RECORD_TRANSLATORS
 from groupwire.broker.kafka.apis.sasl import SASL_TRANSLATORS
+from groupwire.broker.kafka.apis.transactions import TRANSACTION_TRANSLATORS
 from groupwire.broker.kafka.translate import Translator
 
 TRANSLATORS: dict[int, Translator] = {
@@ -17,5 +18,6 @@ TRANSLATORS: dict[int, Translator] = {
     **CONFIG_TRANSLATORS,
     **ELECTION_TRANSLATORS,
     **SASL_TRANSLATORS,
+    **TRANSACTION_TRANSLATORS,
 }
 """Kafka api key -> its translator; ApiVersions advertises exactly these keys."""

@@ -25,9 +25,10 @@ are already Kafka's; the translators own where the two protocols differ:
   described or deleted, and creating them is refused with a message saying so.
 - DescribeUserScramCredentials with an empty list of users describes every user, as
   Kafka does (null does too).
-- DescribeCluster is a Metadata for no topic; InitProducerId is the msgpack door's
-  (idempotent producers only: a transactional id is answered COORDINATOR_NOT_AVAILABLE
-  until transactions exist).
+- DescribeCluster is a Metadata for no topic; InitProducerId is the msgpack door's, for
+  idempotent and transactional producers alike, with the id and epoch a producer holds
+  (v3+, KIP-360) and PRODUCER_FENCED told INVALID_PRODUCER_EPOCH below v4
+  (``broker.kafka.apis.transactions``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from groupwire.broker.kafka.apis.configs import CONFIG_TRANSLATORS, INVALID_CONFIG, config_refusal
+from groupwire.broker.kafka.apis.transactions import txn_code
 from groupwire.broker.kafka.translate import (
     Answer,
     Body,
@@ -542,14 +544,18 @@ def _validate_growths(ctx: KafkaContext, kept: list[CreatePartitionsTopic],
 
 
 def _init_producer_id_request(ctx: KafkaContext, body: Body) -> Step:
+    bump = ctx.api_version >= 3  # KIP-360: the id and epoch held, to bump; -1: none
     return Dispatch(InitProducerIdRequest(
         transactional_id=body.get("transactional_id"),
-        transaction_timeout_ms=body["transaction_timeout_ms"]))
+        transaction_timeout_ms=body["transaction_timeout_ms"],
+        producer_id=body["producer_id"] if bump else _NO_PRODUCER,
+        producer_epoch=body["producer_epoch"] if bump else _NO_PRODUCER))
 
 
 def _init_producer_id_response(ctx: KafkaContext, body: Body, response: Response) -> Body:
     assert isinstance(response, InitProducerIdResponse)
-    return {"throttle_time_ms": 0, "error_code": kafka_code(response.error_code),
+    return {"throttle_time_ms": 0,
+            "error_code": txn_code(ctx, INIT_PRODUCER_ID, response.error_code),
             "producer_id": response.producer_id if not response.error_code else _NO_PRODUCER,
             "producer_epoch": (response.producer_epoch if not response.error_code
                                else _NO_PRODUCER)}

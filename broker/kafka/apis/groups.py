@@ -130,8 +130,8 @@ def _throttled(ctx: KafkaContext, body: Body, since: int) -> Body:
 
 
 def _find_coordinator_request(ctx: KafkaContext, body: Body) -> Step:
-    # v0 finds groups only; other key types (1: a transaction) are the msgpack door's
-    # INVALID_REQUEST: no transaction coordinator exists to wait for
+    # v0 finds groups only; from v1 a transactional id's coordinator too (key_type 1),
+    # which the broker answers as it answers a group's; other types are its to refuse
     key_type = body["key_type"] if ctx.api_version >= 1 else 0
     return Dispatch(FindCoordinatorRequest(key=body["key"], key_type=key_type))
 

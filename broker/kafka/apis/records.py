@@ -10,6 +10,11 @@ acks other than 0, 1 and -1 are refused with INVALID_REQUIRED_ACKS per partition
 live per partition (a top-level refusal of the msgpack door is spread over every partition
 the request named); incremental fetch sessions (KIP-227) are declined by answering
 ``session_id`` 0, which tells a client to send full fetches, as Kafka allows.
+
+Transactions: a Fetch's ``isolation_level`` goes to the broker, whose last stable offset
+and aborted transactions (read_committed only; null otherwise) are the answer's. A
+Produce's ``transactional_id`` (v3+) is not passed on: the broker knows a transactional
+batch by its attributes and producer id (docs/protocol.md §4).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from groupwire.broker.kafka.translate import (
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.kafka.records import msgpack_to_kafka
 from groupwire.protocol.messages import (
+    AbortedTransaction,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -109,7 +115,8 @@ def _fetch_request(ctx: KafkaContext, body: Body) -> Step:
         for p in topic["partitions"]]) for topic in body["topics"]]
     return Dispatch(FetchRequest(
         max_wait_ms=max(0, body["max_wait_ms"]), min_bytes=max(0, body["min_bytes"]),
-        max_bytes=body.get("max_bytes", 0x7FFFFFFF), topics=topics))
+        max_bytes=body.get("max_bytes", 0x7FFFFFFF),
+        isolation_level=body["isolation_level"], topics=topics))
 
 
 def _fetch_top_error(code: int) -> Body:
@@ -117,13 +124,19 @@ def _fetch_top_error(code: int) -> Body:
 
 
 def _fetch_partition(index: int, code: int, high_watermark: int = -1,
-                     log_start_offset: int = -1, records: bytes | None = None) -> Body:
+                     last_stable_offset: int = -1, log_start_offset: int = -1,
+                     aborted: list[AbortedTransaction] | None = None,
+                     records: bytes | None = None) -> Body:
+    if last_stable_offset < 0 and not code:
+        # a broker that tells none keeps no open transaction: all below the HW is stable
+        last_stable_offset = high_watermark
     return {"partition_index": index, "error_code": kafka_code(code),
             "high_watermark": high_watermark,
-            # no transactions yet: everything below the high watermark is stable
-            "last_stable_offset": high_watermark, "log_start_offset": log_start_offset,
-            "aborted_transactions": None, "preferred_read_replica": -1,
-            "records": records}
+            "last_stable_offset": last_stable_offset, "log_start_offset": log_start_offset,
+            "aborted_transactions": None if aborted is None else [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in aborted],
+            "preferred_read_replica": -1, "records": records}
 
 
 def _fetch_response(ctx: KafkaContext, body: Body, response: Response) -> Body:
@@ -137,7 +150,8 @@ def _fetch_response(ctx: KafkaContext, body: Body, response: Response) -> Body:
     return {"error_code": 0, "session_id": _NO_SESSION, "responses": [
         {"topic": topic.topic, "partitions": [
             _fetch_partition(p.partition_index, p.error_code, p.high_watermark,
-                             p.log_start_offset, kafka_records(p.records))
+                             p.last_stable_offset, p.log_start_offset,
+                             p.aborted_transactions, kafka_records(p.records))
             for p in topic.partitions]}
         for topic in response.responses]}
 

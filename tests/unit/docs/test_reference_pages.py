@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from groupwire.broker import config
-from groupwire.broker.metrics import BrokerMetrics, StateViews, watch_cluster
+from groupwire.broker.metrics import BrokerMetrics, StateViews, watch_cluster, watch_transactions
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
@@ -89,6 +89,14 @@ def _exposed_names() -> set[str]:
         def cluster_gauges(self) -> dict[str, int]:
             return {}
     watch_cluster(metrics, Cluster())
+
+    class Transactions:  # the transaction coordinator's
+        def transaction_counters(self) -> dict[str, int]:
+            return {}
+
+        def unstable_records(self) -> dict[str, int]:
+            return {}
+    watch_transactions(metrics, Transactions())
     names = set()
     for family in metrics.registry.collect():
         names.add(family.name + "_total" if family.type == "counter" else family.name)

@@ -89,6 +89,7 @@ REQUESTS: dict[int, Struct] = {
         ("max_wait_ms", "int", 500),
         ("min_bytes", "int", 1),
         ("max_bytes", "int", 52428800),
+        ("isolation_level", "int", 0),
         (
             "topics",
             Arr(
@@ -311,7 +312,11 @@ RESPONSES: dict[int, Struct] = {
                                 ("partition_index", "int", -1),
                                 *error_entry(
                                     ("high_watermark", "long", -1),
+                                    ("last_stable_offset", "long", -1),
                                     ("log_start_offset", "long", -1),
+                                    ("aborted_transactions", Opt(Arr(struct(
+                                        ("producer_id", "long", -1),
+                                        ("first_offset", "long", -1)))), None),
                                     ("records", "bin", b""),
                                 ),
                             )

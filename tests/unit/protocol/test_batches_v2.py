@@ -383,12 +383,17 @@ def test_a_big_v2_batch_is_written_in_steps_and_replicated(tmp_path: Path) -> No
 # --- the Kafka door -----------------------------------------------------------------------
 
 
-def test_a_v2_batch_converts_to_kafka_as_a_v1_batch_does() -> None:
-    """Its producer fields are dropped (§13.4): the Kafka batch is v1's, byte for byte."""
+def test_a_v2_batch_converts_to_kafka_keeping_its_producer_fields() -> None:
+    """The Kafka batch is v1's with the producer id, epoch and base sequence in its
+    header (§5.5: an aborted transaction's records are known by their producer on either
+    door), and it converts back to the same bytes."""
     data = stamp_batch(v2(base_offset=3), 3, 2)
     as_v1 = stamp_batch(encode_batch(RECORDS, 3), 3, 2)
-    assert kr.from_msgpack(data) == kr.from_msgpack(as_v1)
-    assert kr.msgpack_to_kafka(data) == kr.msgpack_to_kafka(as_v1)
+    converted = kr.from_msgpack(data)
+    assert converted == kr.encode_batch(RECORDS, 3, leader_epoch=2, **PRODUCER)
+    assert converted != kr.from_msgpack(as_v1)
+    assert kr.msgpack_to_kafka(data) == converted
+    assert kr.to_msgpack(converted) == data
     kafka_batch = kr.encode_batch(RECORDS, 10)
     mix = data + kafka_batch
     assert [h.base_offset for h, _, _ in kr.iter_mixed_spans(mix)] == [3, 10]

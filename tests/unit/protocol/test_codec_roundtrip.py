@@ -123,7 +123,8 @@ def test_request_omits_only_none_valued_fields_whose_default_is_none() -> None:
         group=m.FetchGroup(group_id="g", member_id="c", generation_id=2),
     )
     body = msgpack.unpackb(encode_request(1, fetch))[4]
-    assert list(body) == ["replica_id", "max_wait_ms", "min_bytes", "max_bytes", "topics",
+    assert list(body) == ["replica_id", "max_wait_ms", "min_bytes", "max_bytes",
+                          "isolation_level", "topics",
                           "group"]
     assert body["group"] == {"group_id": "g", "member_id": "c", "generation_id": 2}
     assert body["topics"][0]["partitions"][0] == {

@@ -61,12 +61,12 @@ BRIEF_TABLE = {
     "LeaveGroup": (0, 3), "DescribeGroups": (0, 4), "ListGroups": (0, 2),
     "CreateTopics": (2, 4), "DeleteTopics": (1, 3), "CreatePartitions": (0, 1),
     "DeleteGroups": (0, 1), "DescribeAcls": (1, 1), "CreateAcls": (1, 1), "DeleteAcls": (1, 1),
-    "DescribeConfigs": (1, 3), "AlterConfigs": (0, 1), "InitProducerId": (0, 1),
+    "DescribeConfigs": (1, 3), "AlterConfigs": (0, 1), "InitProducerId": (0, 4),
     "OffsetForLeaderEpoch": (2, 3), "SaslHandshake": (0, 1), "SaslAuthenticate": (0, 1),
     "OffsetDelete": (0, 0), "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0), "DescribeCluster": (0, 1), "ElectLeaders": (0, 2),
-    "AddPartitionsToTxn": (0, 1), "AddOffsetsToTxn": (0, 1), "EndTxn": (0, 1),
-    "TxnOffsetCommit": (0, 2),
+    "AddPartitionsToTxn": (0, 3), "AddOffsetsToTxn": (0, 3), "EndTxn": (0, 3),
+    "TxnOffsetCommit": (0, 3), "DescribeTransactions": (0, 0), "ListTransactions": (0, 0),
 }
 
 
