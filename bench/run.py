@@ -34,7 +34,8 @@ RESULTS_MD = BENCH_DIR / "RESULTS.md"
 # In the order of the list; modules not written yet are skipped.
 BENCHES = ["heartbeat", "rebalance", "failover", "throughput", "cooperative", "spark_source",
            "memory", "soak", "cluster_failover", "cluster_throughput", "security",
-           "cli_startup", "cli_produce", "kafka_codec", "kafka_records", "kafka_clients"]
+           "cli_startup", "cli_produce", "kafka_codec", "kafka_records", "kafka_clients",
+           "transactions"]
 TIMEOUT_S = 3600.0
 SMOKE_TIMEOUT_S = 300.0
 

@@ -71,7 +71,7 @@ from groupwire.broker.security.cluster_store import ClusterSecurity, follow_clus
 from groupwire.broker.security.listeners import Listener, advertised_addresses
 from groupwire.broker.security.store import save_security
 from groupwire.broker.security.tls import ServerTls, TlsError, TlsFiles
-from groupwire.broker.storage import StorageConfig, TopicStore
+from groupwire.broker.storage import TRANSACTIONS_TOPIC, StorageConfig, TopicStore
 from groupwire.broker.storage.errors import StorageError
 from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.handles import (
@@ -482,7 +482,10 @@ class Broker:
             spawn=self.runner.spawn, clock=lambda: self.clock(),
             monotonic=lambda: self.monotonic(), slice_s=self._slice_s,
             closing=lambda: self._closing,
-            advertised=started.topics.advertised, node_id=settings.node_id)
+            advertised=started.topics.advertised, node_id=settings.node_id,
+            cluster=started.cluster,
+            hosts_groups=(lambda _p: True) if started.hosting is None
+            else started.hosting.hosted.__contains__)
         txns.register(self.handlers)
         txns.start()
         self.transactions = txns
@@ -690,7 +693,7 @@ class Broker:
         store = self.started.store
         now = self.clock()
         for topic, count in store.topics().items():
-            if topic == OFFSETS_TOPIC:
+            if topic in (OFFSETS_TOPIC, TRANSACTIONS_TOPIC):  # compacted, never aged out
                 continue
             for p in range(count):
                 plog = store.log(topic, p)
@@ -958,6 +961,8 @@ class Broker:
         started = self.started
         if started.hosting is not None:
             started.hosting.roles_changed(partitions)
+        if self.transactions is not None:
+            self.transactions.roles_changed(partitions)
         for topic, p in partitions:
             started.fetches.appended(topic, p)
         started.fetches.wake()

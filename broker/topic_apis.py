@@ -195,9 +195,12 @@ class TopicApis:
     async def ensure_local(self, name: str, partitions: int) -> StorageError | None:
         """This broker's replicas of a cluster topic: created, or grown, to ``partitions``
         (the replica manager's path; the cluster decided, so no request is answered)."""
+        store = self._store
         try:
-            if self._store.partition_count(name) is None:
-                creation = self._store.begin_create_topic(name, partitions)
+            if store.partition_count(name) is None:
+                creation = (store.begin_create_internal(name, partitions)
+                            if store.is_internal(name)  # __transaction_state, made on need
+                            else store.begin_create_topic(name, partitions))
             else:
                 creation = self._store.begin_create_partitions(name, partitions)
         except StorageError as exc:

@@ -119,6 +119,10 @@ from groupwire.protocol.messages import (
 )
 
 log = logging.getLogger("groupwire.producer")
+CONCURRENT_RETRY_S: Final = 0.02
+"""How soon a transactional request refused CONCURRENT_TRANSACTIONS (the coordinator
+still completing the previous transaction) is sent again, the first few times."""
+QUICK_RETRIES: Final = 5
 
 Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
@@ -865,6 +869,12 @@ class Producer:
                 outcome = outcome_of(code)
                 if outcome is Outcome.DONE:
                     return resp
+                if code == ErrorCode.CONCURRENT_TRANSACTIONS and attempt < QUICK_RETRIES:
+                    # the previous transaction's markers are being written: a matter of
+                    # milliseconds, as Kafka's producer retries it (KAFKA-5482)
+                    attempt += 1
+                    await asyncio.sleep(CONCURRENT_RETRY_S)
+                    continue
                 err = coordinator_error(code, message or request.API_KEY.name,
                                         transactional_id=txn.transactional_id,
                                         group_id=group_id, topic=topic)

@@ -390,14 +390,16 @@ def create_partitions_txns(image: ClusterImage, name: str, new_total: int, start
 
 
 def propose_topic_txn(image: ClusterImage, name: str, partitions: int,
-                      replication_factor: int, start: int, topic_id: str) -> Txn:
-    """A topic auto-created by any broker (Metadata's auto-creation): only its
-    assignment, put if absent. The controller's :func:`decide` then writes the
-    partition states from it, as for a creation whose controller died half-way.
+                      replication_factor: int, start: int, topic_id: str, *,
+                      internal: bool = False) -> Txn:
+    """A topic auto-created by any broker (Metadata's auto-creation, and
+    ``__transaction_state``, ``internal``, on first need): only its assignment, put if
+    absent. The controller's :func:`decide` then writes the partition states from it,
+    as for a creation whose controller died half-way.
 
     Raises InvalidReplicationFactor when the live brokers are too few."""
     replicas = assign_replicas(list(image.brokers.values()), partitions,
                                replication_factor, start)
     tkey = topic_key(image.cluster, name)
     return Txn((Compare(tkey, "create", "==", 0),),
-               (Put(tkey, encode_topic(TopicAssignment(name, topic_id, False, replicas))),))
+               (Put(tkey, encode_topic(TopicAssignment(name, topic_id, internal, replicas))),))

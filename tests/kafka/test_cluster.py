@@ -776,3 +776,89 @@ def test_a_group_goes_on_when_its_coordinator_is_sigkilled(cluster: KafkaCluster
             member.consumer.close()
         if victim in cluster.nodes:
             restore(cluster, victim)
+
+
+# --- transactions ------------------------------------------------------------------------
+
+
+def txn_coordinator_of(c: KafkaCluster, transactional_id: str) -> int:
+    """The node FindCoordinator (key type 1) names, asked of a live broker."""
+    def ask() -> int | None:
+        answer = kafka_call(c.nodes[c.live()[0]].port, FIND_COORDINATOR, 1,
+                            {"key": transactional_id, "key_type": 1})
+        return answer["node_id"] if answer["error_code"] == 0 else None
+    return until(ask, f"the coordinator of {transactional_id!r}")
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """Every record a read_committed consumer reads of ``topic`` up to each partition's
+    end (its last stable offset)."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                            "enable.partition.eof": True})
+    try:
+        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)
+                         for p in range(partitions)])
+        got: list[bytes] = []
+        ended: set[int] = set()
+        deadline = time.monotonic() + BOUND_S
+        while len(ended) < partitions:
+            assert time.monotonic() < deadline, f"read stalled: {len(got)}, ended {ended}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == ck.KafkaError._PARTITION_EOF, msg.error()
+                ended.add(msg.partition())
+                continue
+            got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_transaction_outlives_its_sigkilled_coordinator_and_partition_leader(
+        cluster: KafkaCluster, name: str) -> None:
+    """librdkafka's transactional producer: records sent, its transaction coordinator's
+    broker SIGKILLed, the commit goes to the new leader of the id's __transaction_state
+    partition (which loads the open transaction from the replicated records); then, in a
+    second transaction, a partition leader is SIGKILLed and the markers reach its
+    successor. Both transactions' records are read_committed exactly once, an aborted
+    third one's never."""
+    tid = f"tx-{name}"
+    parts = create(cluster, name, PARTITIONS)
+    bootstrap = cluster.bootstrap()
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                            "linger.ms": 5})
+    producer.init_transactions(BOUND_S)
+    coordinator = txn_coordinator_of(cluster, tid)
+    with brought_back(cluster, coordinator):
+        producer.begin_transaction()
+        for i in range(60):
+            producer.produce(name, f"a{i}".encode(), partition=i % PARTITIONS)
+        assert producer.flush(BOUND_S) == 0
+        cluster.kill(coordinator)
+        producer.commit_transaction(BOUND_S)
+        moved_to = txn_coordinator_of(cluster, tid)
+    assert moved_to != coordinator
+    victim = next(p["leader_id"] for p in partitions_of(cluster, name).values()
+                  if p["leader_id"] != moved_to)
+    with brought_back(cluster, victim):
+        producer.begin_transaction()
+        for i in range(60):
+            producer.produce(name, f"b{i}".encode(), partition=i % PARTITIONS)
+        assert producer.flush(BOUND_S) == 0
+        cluster.kill(victim)
+        producer.commit_transaction(BOUND_S)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce(name, f"c{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(BOUND_S) == 0
+    producer.abort_transaction(BOUND_S)
+    got = read_committed(bootstrap, name, PARTITIONS)
+    print(f"\n[kafka cluster] transaction coordinator {coordinator} SIGKILLed mid-transaction "
+          f"(moved to {moved_to}), then partition leader {victim}: {len(got)} records "
+          f"read_committed of 120 committed, {len(got) - len(set(got))} twice")
+    assert sorted(got) == sorted([f"a{i}".encode() for i in range(60)]
+                                 + [f"b{i}".encode() for i in range(60)])
+    assert len(parts) == PARTITIONS
