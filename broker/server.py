@@ -23,6 +23,7 @@ from typing import Any
 from groupwire.broker.budget import Decision, MemoryBudget, Verdict
 from groupwire.broker.clustering.group_hosting import GroupHosting
 from groupwire.broker.clustering.node import FIRST_READ_S, ClusterNode, ClusterStartError
+from groupwire.broker.clustering.producer_ids import ClusterProducerIds
 from groupwire.broker.config import BrokerSettings, SettingsError, validate_security
 from groupwire.broker.connection import ClientConnection
 from groupwire.broker.coordinator import (
@@ -79,11 +80,7 @@ from groupwire.broker.storage.handles import (
     default_max_open_files,
     raise_nofile_limit,
 )
-from groupwire.broker.storage.producer_ids import (
-    MAX_PRODUCER_ID,
-    NODE_ID_SHIFT,
-    LocalProducerIds,
-)
+from groupwire.broker.storage.producer_ids import LocalProducerIds, ProducerIds
 from groupwire.broker.supervisor import DEFAULT_RESTART, Restart, Service, Supervisor
 from groupwire.broker.topic_apis import BATCH_OVERHEAD, TopicApis
 from groupwire.broker.topic_handlers import TopicHandlers
@@ -184,6 +181,7 @@ class Broker:
             on_fatal=self._service_fatal, restart=restart)
         """Owns every long-lived task (``broker.supervisor``): a crash is logged, counted
         and restarted; one that keeps crashing stops the broker (``fatal_error``)."""
+        self.cluster_producer_ids: ClusterProducerIds | None = None
         self.transactions: TransactionRuntime | None = None
         """The transaction coordinator's shell, once started."""
         self.fatal_error: str | None = None
@@ -429,6 +427,8 @@ class Broker:
                                     on_topics_removed=handlers.cluster_topics_removed)
             except ClusterStartError as exc:
                 raise StartupError(str(exc)) from exc
+            if self.cluster_producer_ids is not None:
+                self.cluster_producer_ids.start()
         self._listening = True
         self.heap.at_start()
         self._retention = self.supervisor.spawn("log-retention", self._retention_loop)
@@ -493,18 +493,16 @@ class Broker:
     def _start_producer_ids(self) -> Callable[[], int | None]:
         """InitProducerId, through either door: ids never handed out before
         (``broker.storage.producer_ids``)."""
-        settings = self.settings
-        ids = LocalProducerIds(settings.data_dir, limit=(
-            (1 << NODE_ID_SHIFT) - 1 if settings.clustered else MAX_PRODUCER_ID))
+        settings, cluster = self.settings, self.started.cluster
+        ids: ProducerIds
+        if cluster is not None:  # blocks the cluster hands out in etcd
+            ids = self.cluster_producer_ids = ClusterProducerIds(
+                lambda: cluster.etcd, settings.cluster_name)
+            why = "no block of producer ids is claimed from etcd yet"
+        else:
+            ids = LocalProducerIds(settings.data_dir)
+            why = "no producer id could be reserved in the data dir"
         next_id = ids.next_id
-        if settings.clustered:
-            # each broker hands out ids from its own range until the cluster allocates
-            # blocks in etcd (docs/protocol.md §5.4)
-            base = settings.node_id << NODE_ID_SHIFT
-
-            def next_id() -> int | None:
-                local = ids.next_id()
-                return None if local is None else base + local
 
         def init_producer_id(conn: Peer, cid: int, request: Request) -> None:
             assert isinstance(request, InitProducerIdRequest)  # with no transactional_id
@@ -512,7 +510,7 @@ class Broker:
             conn.reply(cid, InitProducerIdResponse(producer_id=pid, producer_epoch=0)
                        if pid is not None else InitProducerIdResponse(
                            error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                           error_message="no producer id could be reserved in the data dir"))
+                           error_message=why))
 
         self.handlers.add(InitProducerIdRequest, init_producer_id)
         return next_id
@@ -744,6 +742,8 @@ class Broker:
         await self.runner.close()
         if self.transactions is not None:
             await self.transactions.close()
+        if self.cluster_producer_ids is not None:
+            await self.cluster_producer_ids.close()
         if started is not None:
             await started.runtime.close()
             started.fetches.complete_all()

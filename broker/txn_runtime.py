@@ -353,7 +353,8 @@ class TransactionRuntime:
             if fresh is None:
                 conn.reply(cid, InitProducerIdResponse(
                     error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                    error_message="no producer id could be reserved in the data dir"))
+                    error_message="no producer id in hand yet (reserved in the data dir, or "
+                                  "claimed from the cluster)"))
                 return
             token = self._wait(conn, cid, request)
             self.execute(self.core.init_producer_id(

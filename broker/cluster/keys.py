@@ -37,6 +37,12 @@ def partitions_prefix(cluster: str, topic: str) -> str:
     return f"{prefix(cluster)}partitions/{topic}/"
 
 
+def producer_ids_key(cluster: str) -> str:
+    """The first producer id no broker has claimed (``broker.clustering.producer_ids``);
+    the image ignores it."""
+    return f"{prefix(cluster)}producer-ids"
+
+
 def security_prefix(cluster: str) -> str:
     """ACLs and SCRAM credentials (``broker.security.cluster_store``); the image ignores
     them: :func:`parse_key` answers None."""

@@ -14,11 +14,9 @@ InitProducerId through either door; one call in ``block_size`` writes the file t
 few hundred microseconds to a few milliseconds of fsync. A failed write hands out
 nothing (None) and is tried again on the next call.
 
-In a cluster, ids must also differ between brokers: each broker would claim its blocks
-from etcd instead (a key holding the next free block, advanced with a compare-and-swap
-transaction, as Kafka's controller hands out AllocateProducerIds blocks), keeping this
-class's shape. Not built yet: in a cluster each broker adds ``node_id << 32`` to ids
-of its own (``NODE_ID_SHIFT``, docs/protocol.md §5.4).
+In a cluster, ids must also differ between brokers: they come from blocks the cluster
+hands out in etcd instead (``broker.clustering.producer_ids``), as Kafka's controller
+hands out AllocateProducerIds blocks.
 """
 
 from __future__ import annotations
@@ -46,12 +44,6 @@ class ProducerIds(Protocol):
     def next_id(self) -> int | None:
         """An id never handed out before, or None if none can be had right now."""
         ...
-
-
-NODE_ID_SHIFT: Final = 32
-"""Cluster mode, for now: broker ``n`` hands out ``n << 32`` plus its own ids (below
-``1 << 32``), so two brokers never hand out the same one while no broker's data dir is
-wiped, and any int32 node id stays within int64."""
 
 
 class LocalProducerIds:
