@@ -420,11 +420,18 @@ class TransactionRuntime:
     def list_transactions(self, request: ListTransactionsRequest) -> ListTransactionsResponse:
         listing = self.core.list_transactions(request.state_filters,
                                               request.producer_id_filters)
+        listed = listing.transactions
+        if request.duration_filter_ms >= 0:  # open longer than that, as Kafka filters
+            opened_before = self._clock() - request.duration_filter_ms
+            started = {d.transactional_id: d.start_ms for d in self.core.describe(
+                [t.transactional_id for t in listed])}
+            listed = tuple(t for t in listed if 0 <= started.get(t.transactional_id, -1)
+                           < opened_before and t.state == "Ongoing")
         return ListTransactionsResponse(
             unknown_state_filters=list(listing.unknown_state_filters),
             transaction_states=[ListedTransaction(
                 transactional_id=t.transactional_id, producer_id=t.producer_id,
-                transaction_state=t.state) for t in listing.transactions])
+                transaction_state=t.state) for t in listed])
 
     def write_txn_markers(self, conn: Peer, cid: int, request: WriteTxnMarkersRequest) -> None:
         """Another coordinator's markers for partitions this broker holds (a single

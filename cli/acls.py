@@ -1,6 +1,8 @@
 """``groupwire acls list|add|remove``: the SDK's Admin on the broker's ACL bindings.
 
 Names are Kafka's and case-insensitive (``--operation read``, ``--resource-type Topic``).
+``--transactional-id`` names a transactional producer's id, as Kafka's ``kafka-acls``
+does: WRITE lets a producer use it, DESCRIBE lets tools find and describe it.
 ``remove`` is a dry run unless ``--execute`` is given, as ``groups reset-offsets`` is:
 removing the wrong binding locks a team out (or lets it in) at once.
 """
@@ -61,12 +63,13 @@ def register(subparsers: Any) -> None:
         description="Every filter left out matches every value. --pattern-type match with "
                     "--resource-name lists what applies to that resource: its literal "
                     "bindings, the literal '*', and every prefix it starts with.")
-    _add_filter_flags(p)
+    _add_filter_flags(p, "list the bindings")
     add_connection_flags(p)
     p.set_defaults(func=list_acls)
 
     p = actions.add_parser(
-        "add", help="allow or deny principals operations on a topic, a group or the cluster",
+        "add", help="allow or deny principals operations on a topic, a group, a "
+                    "transactional id or the cluster",
         description="Add one binding per --operation. DENY wins over ALLOW; without a "
                     "matching ALLOW a request is denied. Adding a binding that exists is "
                     "no error.")
@@ -80,14 +83,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--operation", action="append", required=True,
                    type=_arg(lambda t: parse_operation(t, concrete=True)), metavar="OP",
                    help="READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, "
-                        "DESCRIBE_CONFIGS, ALTER_CONFIGS or ALL (repeatable)")
+                        "DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE or ALL "
+                        "(repeatable)")
     resource = p.add_mutually_exclusive_group(required=True)
     resource.add_argument("--topic", metavar="TOPIC", help="on this topic ('*': every one)")
     resource.add_argument("--group", metavar="GROUP", help="on this group ('*': every one)")
+    resource.add_argument("--transactional-id", metavar="ID",
+                          help="on this transactional producer id ('*': every one); "
+                               "a transactional producer needs WRITE on it")
     resource.add_argument("--cluster", action="store_true",
-                          help="on the cluster (topic creation, ACLs, users)")
+                          help="on the cluster (topic creation, ACLs, users, "
+                               "IDEMPOTENT_WRITE)")
     p.add_argument("--prefixed", action="store_true",
-                   help="--topic/--group is a prefix: every name starting with it")
+                   help="--topic/--group/--transactional-id is a prefix: every name "
+                        "starting with it")
     add_connection_flags(p)
     p.set_defaults(func=add)
 
@@ -97,17 +106,20 @@ def register(subparsers: Any) -> None:
                     "--execute is given; then remove them and print what was removed. At "
                     "least one filter is needed (--resource-type any selects every "
                     "binding).")
-    _add_filter_flags(p)
+    _add_filter_flags(p, "remove the bindings")
     p.add_argument("--execute", action="store_true",
                    help="remove them (default: a dry run that only lists them)")
     add_connection_flags(p)
     p.set_defaults(func=remove)
 
 
-def _add_filter_flags(p: argparse.ArgumentParser) -> None:
+def _add_filter_flags(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--resource-type", type=_arg(parse_resource_type), metavar="TYPE",
-                   help="topic, group, cluster or any (default)")
+                   help="topic, group, cluster, transactional-id or any (default)")
     p.add_argument("--resource-name", metavar="NAME", help="the resource's name or prefix")
+    p.add_argument("--transactional-id", metavar="ID",
+                   help=f"{what} on this transactional id (--resource-type "
+                        "transactional-id --resource-name ID)")
     p.add_argument("--pattern-type", type=_arg(parse_pattern_type), metavar="TYPE",
                    help="literal, prefixed, match or any (default)")
     p.add_argument("--principal", type=_arg(check_principal), metavar="TYPE:NAME",
@@ -122,6 +134,13 @@ def _add_filter_flags(p: argparse.ArgumentParser) -> None:
 def _filter(args: argparse.Namespace) -> AclBindingFilter:
     kwargs = {name: getattr(args, name) for name in _FILTER_FLAGS
               if getattr(args, name) is not None}
+    if args.transactional_id is not None:
+        if args.resource_type not in (None, ResourceType.TRANSACTIONAL_ID) or (
+                args.resource_name not in (None, args.transactional_id)):
+            raise CliError("--transactional-id names the resource: give it without "
+                           "--resource-type or --resource-name")
+        kwargs.update(resource_type=ResourceType.TRANSACTIONAL_ID,
+                      resource_name=args.transactional_id)
     try:
         return AclBindingFilter(**kwargs)
     except ValueError as exc:
@@ -166,7 +185,8 @@ def bindings_to_add(args: argparse.Namespace) -> list[AclBinding]:
         pattern = ResourcePattern.cluster()
     else:
         rtype, name = ((ResourceType.TOPIC, args.topic) if args.topic is not None
-                       else (ResourceType.GROUP, args.group))
+                       else (ResourceType.GROUP, args.group) if args.group is not None
+                       else (ResourceType.TRANSACTIONAL_ID, args.transactional_id))
         try:
             pattern = ResourcePattern(rtype, name, PatternType.PREFIXED if args.prefixed
                                       else PatternType.LITERAL)
@@ -206,7 +226,7 @@ def add(args: argparse.Namespace) -> int:
 
 
 def remove(args: argparse.Namespace) -> int:
-    if all(getattr(args, name) is None for name in _FILTER_FLAGS):
+    if all(getattr(args, name) is None for name in (*_FILTER_FLAGS, "transactional_id")):
         raise CliError("give at least one filter (--resource-type any selects every "
                        "binding)")
     acl_filter = _filter(args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from groupwire.cli.arguments import add_connection_flags
+from groupwire.cli.arguments import add_connection_flags, non_negative_int
 from groupwire.cli.errors import CliError
 from groupwire.cli.output import emit_json, iso_ms, table
 from groupwire.cli.running import run_with_admin
@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
                         "PrepareEpochFence, Dead)")
     p.add_argument("--producer-id", action="append", type=int, metavar="ID",
                    help="only those of this producer id (repeatable)")
+    p.add_argument("--open-longer-than-ms", type=non_negative_int, metavar="MS",
+                   help="only transactions open (Ongoing) for longer than MS: ones a "
+                        "producer may have left hanging")
     add_connection_flags(p)
     p.set_defaults(func=list_transactions)
     p = actions.add_parser(
@@ -39,7 +42,8 @@ def register(subparsers: Any) -> None:
 def list_transactions(args: argparse.Namespace) -> int:
     async def body(admin: Admin) -> int:
         try:
-            listed = await admin.list_transactions(args.state, args.producer_id)
+            listed = await admin.list_transactions(
+                args.state, args.producer_id, open_longer_than_ms=args.open_longer_than_ms)
         except ValueError as exc:
             raise CliError(str(exc)) from None
         if args.json:

@@ -55,7 +55,8 @@ __all__ = [
 
 E = TypeVar("E", bound=enum.IntEnum)
 
-_CONCRETE_TYPES: Final = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER)
+_CONCRETE_TYPES: Final = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
+                          ResourceType.TRANSACTIONAL_ID)
 _CONCRETE_PATTERNS: Final = (PatternType.LITERAL, PatternType.PREFIXED)
 _CONCRETE_PERMISSIONS: Final = (AclPermission.ALLOW, AclPermission.DENY)
 
@@ -86,7 +87,8 @@ def _usable(kind: type[E]) -> list[E]:
 
 def parse_resource_type(value: ResourceType | str | int, *, concrete: bool = False,
                         ) -> ResourceType:
-    """``"topic"`` → TOPIC; ``concrete`` leaves out ANY (a binding names one type)."""
+    """``"topic"`` → TOPIC, ``"transactional-id"`` → TRANSACTIONAL_ID; ``concrete`` leaves
+    out ANY (a binding names one type)."""
     allowed = _CONCRETE_TYPES if concrete else _usable(ResourceType)
     return _parse(ResourceType, value, "resource type", allowed)
 
@@ -158,6 +160,12 @@ class ResourcePattern:
     @classmethod
     def cluster(cls) -> ResourcePattern:
         return cls(ResourceType.CLUSTER, CLUSTER_NAME)
+
+    @classmethod
+    def transactional_id(cls, name: str, *, prefixed: bool = False) -> ResourcePattern:
+        """A transactional producer's id: WRITE lets a producer use it (InitProducerId,
+        its transactions), DESCRIBE lets tools find and describe it."""
+        return cls(ResourceType.TRANSACTIONAL_ID, name, _pattern(prefixed))
 
     def __str__(self) -> str:
         return f"{self.resource_type.name}:{self.pattern_type.name}:{self.name}"

@@ -598,13 +598,17 @@ class Admin:
     # --- transactions -------------------------------------------------------------------
 
     async def list_transactions(self, states: Iterable[str] | None = None,
-                                producer_ids: Iterable[int] | None = None,
+                                producer_ids: Iterable[int] | None = None, *,
+                                open_longer_than_ms: int | None = None,
                                 ) -> list[TransactionListing]:
         """Transactional ids every broker coordinates, optionally only those in
-        ``states`` (Kafka's names: Ongoing, PrepareCommit, CompleteAbort, ...) or of
-        ``producer_ids``. A state name the broker does not know raises ValueError."""
-        request = ListTransactionsRequest(state_filters=list(states or []),
-                                          producer_id_filters=list(producer_ids or []))
+        ``states`` (Kafka's names: Ongoing, PrepareCommit, CompleteAbort, ...), of
+        ``producer_ids``, or with a transaction open longer than ``open_longer_than_ms``
+        (Kafka's duration filter: hanging transactions). A state name the broker does
+        not know raises ValueError."""
+        request = ListTransactionsRequest(
+            state_filters=list(states or []), producer_id_filters=list(producer_ids or []),
+            duration_filter_ms=-1 if open_longer_than_ms is None else open_longer_than_ms)
         listed: dict[str, TransactionListing] = {}
         for resp in await self._on_every_broker(request, ListTransactionsResponse):
             if resp.unknown_state_filters:

@@ -22,6 +22,7 @@ class ResourceType(enum.IntEnum):
     TOPIC = 2
     GROUP = 3
     CLUSTER = 4
+    TRANSACTIONAL_ID = 5
 
 
 class PatternType(enum.IntEnum):
@@ -45,6 +46,9 @@ class AclOperation(enum.IntEnum):
     CLUSTER_ACTION = 9
     DESCRIBE_CONFIGS = 10
     ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    """On the cluster: InitProducerId without a transactional id (an idempotent producer),
+    which WRITE on any topic allows too (Kafka 3.0+)."""
 
 
 class AclPermission(enum.IntEnum):

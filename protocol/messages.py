@@ -1297,6 +1297,8 @@ class ListTransactionsRequest(Request):
     API_KEY: ClassVar[ApiKey] = ApiKey.LIST_TRANSACTIONS
     state_filters: list[str] = field(default_factory=list)
     producer_id_filters: list[Int64] = field(default_factory=list)
+    duration_filter_ms: Int64 = -1
+    """Only transactions open longer than this (Kafka's ListTransactions v1); -1: all."""
 
 
 @_msg

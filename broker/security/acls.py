@@ -236,6 +236,50 @@ class Authorizer:
                     allowed = True
         return allowed
 
+    def authorize_any(self, principal: str, host: str, operation: AclOperation,
+                      resource_type: ResourceType) -> bool:
+        """Whether some resource of ``resource_type`` allows ``operation`` (Kafka's
+        ``authorizeByResourceType``, which an idempotent producer's InitProducerId asks of
+        WRITE on topics): an ALLOW of the operation itself or ALL (nothing implies it here)
+        whose pattern no DENY covers whole. A LITERAL ``*`` DENY covers every name; a
+        PREFIXED DENY covers a name or prefix starting with it; a LITERAL DENY covers its
+        own name. Super users, as always, may."""
+        if principal in self._super_users:
+            return True
+        if operation in (AclOperation.UNKNOWN, AclOperation.ANY, AclOperation.ALL):
+            return False
+        allowed: list[ResourcePattern] = []
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        for binding in self._bindings:
+            pattern, entry = binding.pattern, binding.entry
+            if pattern.resource_type != resource_type:
+                continue
+            if entry.principal != principal and entry.principal != WILDCARD_PRINCIPAL:
+                continue
+            if entry.host != host and entry.host != WILDCARD:
+                continue
+            if entry.operation != operation and entry.operation != AclOperation.ALL:
+                continue
+            if entry.permission == AclPermission.ALLOW:
+                allowed.append(pattern)
+            elif pattern.pattern_type == PatternType.PREFIXED:
+                denied_prefixes.add(pattern.name)
+            elif pattern.name == WILDCARD:
+                return False  # every resource of the type is denied
+            else:
+                denied_literal.add(pattern.name)
+        for pattern in allowed:
+            if pattern.pattern_type == PatternType.LITERAL:
+                if pattern.name == WILDCARD:
+                    return True  # a name no DENY names is allowed
+                if pattern.name in denied_literal:
+                    continue
+            if not any(pattern.name[:length] in denied_prefixes
+                       for length in range(1, len(pattern.name) + 1)):
+                return True
+        return False
+
     def _applicable(self, resource_type: ResourceType, name: str) -> list[_Entries]:
         found = []
         literal = self._literal.get((resource_type, name))

@@ -10,6 +10,15 @@ else runs, and tests can drive it with a table.
 ``audit`` False marks a question whose "no" is a filter rather than a refusal (ListGroups
 and an all-topics Metadata leave out what the caller may not see, as Kafka does, without
 logging a denial per group).
+
+The transactional APIs are checked as Kafka 3.x checks them: WRITE on the transactional id
+for what drives a transaction, DESCRIBE on it to find or describe one, and beside it
+what Produce and OffsetCommit would need (WRITE on a topic added; READ on the group and
+the topics of committed offsets). WriteTxnMarkers is the brokers' own (CLUSTER_ACTION, or
+ALTER on the cluster for tools that abort a hanging transaction). An idempotent
+producer's InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+(``Allowed.on_any``), the rule since Kafka 3.0 (KIP-679), under which a producer that may
+write somewhere is idempotent by default without a cluster ACL.
 """
 
 from __future__ import annotations
@@ -18,10 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol, TypeVar
 
+from groupwire.broker.storage.metadata import INTERNAL_TOPICS
 from groupwire.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 from groupwire.protocol.errors import ErrorCode
 from groupwire.protocol.messages import (
     AclCreationResult,
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     AlterUserScramCredentialsResult,
@@ -46,8 +59,11 @@ from groupwire.protocol.messages import (
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
+    EndTxnRequest,
     EpochEndOffset,
     FetchPartitionData,
     FetchRequest,
@@ -55,6 +71,7 @@ from groupwire.protocol.messages import (
     FetchTopicResponse,
     FindCoordinatorRequest,
     HeartbeatRequest,
+    InitProducerIdRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     ListGroupsRequest,
@@ -63,6 +80,8 @@ from groupwire.protocol.messages import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopicResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataRequest,
     MetadataResponse,
     MetadataTopic,
@@ -88,25 +107,42 @@ from groupwire.protocol.messages import (
     Response,
     SyncGroupRequest,
     TopicProduceResponse,
+    TransactionState,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnPartitionResult,
+    TxnTopicResult,
+    WriteTxnMarkersRequest,
     response_type_for,
 )
 
-__all__ = ["CLUSTER_DENIED", "GROUP_DENIED", "TOPIC_DENIED", "Allowed", "Guarded", "guard"]
+__all__ = ["CLUSTER_DENIED", "GROUP_DENIED", "TOPIC_DENIED", "TRANSACTIONAL_ID_DENIED", "Allowed",
+           "Guarded", "guard"]
 
 READ, WRITE, CREATE, DELETE = (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
                                AclOperation.DELETE)
 ALTER, DESCRIBE, CLUSTER_ACTION = (AclOperation.ALTER, AclOperation.DESCRIBE,
                                    AclOperation.CLUSTER_ACTION)
+IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 
 TOPIC_DENIED: Final = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 GROUP_DENIED: Final = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 CLUSTER_DENIED: Final = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+TRANSACTIONAL_ID_DENIED: Final = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+NOT_ATTEMPTED: Final = int(ErrorCode.OPERATION_NOT_ATTEMPTED)
 
 
 class Allowed(Protocol):
     def __call__(self, operation: AclOperation, resource_type: ResourceType, name: str,
                  audit: bool = True) -> bool: ...
+
+    def on_any(self, operation: AclOperation, resource_type: ResourceType,
+               audit: bool = True) -> bool:
+        """Whether some resource of ``resource_type`` allows ``operation`` (Kafka's
+        ``authorizeByResourceType``: an ALLOW no DENY covers whole)."""
+        ...
 
 
 Finish = Callable[[Response], Response]
@@ -142,6 +178,10 @@ def _group_message(operation: AclOperation, name: str) -> str:
 
 def _cluster_message(operation: AclOperation) -> str:
     return f"not authorized to {operation.name} the cluster"
+
+
+def _txn_message(operation: AclOperation, name: str) -> str:
+    return f"not authorized to {operation.name} transactional id {name!r}"
 
 
 def _refuse(request: Request, code: int, message: str) -> Guarded:
@@ -396,6 +436,120 @@ def _delete_acls(request: DeleteAclsRequest, allowed: Allowed) -> Guarded:
                         for _ in request.filters]))
 
 
+# --- transactions ---------------------------------------------------------------------------
+
+GROUP_KEY: Final = 0
+TRANSACTION_KEY: Final = 1
+"""FindCoordinator's key types: a group, a transactional id."""
+
+
+def _whole_txn(request: Request, transactional_id: str, operation: AclOperation,
+               allowed: Allowed) -> Guarded:
+    if allowed(operation, TRANSACTIONAL_ID, transactional_id):
+        return Guarded(request=request)
+    return _refuse(request, TRANSACTIONAL_ID_DENIED, _txn_message(operation, transactional_id))
+
+
+def _init_producer_id(request: InitProducerIdRequest, allowed: Allowed) -> Guarded:
+    """A transactional producer's: WRITE on its id. An idempotent one's: IDEMPOTENT_WRITE
+    on the cluster or WRITE on some topic (Kafka 3.0+), whose refusal is the cluster's;
+    the cluster question alone logs nothing, being one of two ways in."""
+    if request.transactional_id is not None:
+        return _whole_txn(request, request.transactional_id, WRITE, allowed)
+    if (allowed(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME, False)
+            or allowed.on_any(WRITE, TOPIC)):
+        return Guarded(request=request)
+    return _refuse(request, CLUSTER_DENIED, "not authorized to IDEMPOTENT_WRITE the cluster, "
+                                            "nor to WRITE any topic")
+
+
+def _add_partitions_to_txn(request: AddPartitionsToTxnRequest, allowed: Allowed) -> Guarded:
+    """WRITE on the id, then on each topic; an internal topic is never a client's to add
+    (Kafka's rule, whatever the ACLs). One partition refused fails the request, as in
+    Kafka: nothing is added, the refused topics' partitions are answered
+    TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED."""
+    if not allowed(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _refuse(request, TRANSACTIONAL_ID_DENIED,
+                       _txn_message(WRITE, request.transactional_id))
+    _, refused = _split(request.topics, lambda t: t.name not in INTERNAL_TOPICS
+                        and allowed(WRITE, TOPIC, t.name))
+    if not refused:
+        return Guarded(request=request)
+    denied = {t.name for t in refused}
+    return Guarded(answer=AddPartitionsToTxnResponse(results=[TxnTopicResult(
+        name=t.name, results=[TxnPartitionResult(
+            partition_index=p, error_code=TOPIC_DENIED if t.name in denied else NOT_ATTEMPTED)
+            for p in t.partitions]) for t in request.topics]))
+
+
+def _add_offsets_to_txn(request: AddOffsetsToTxnRequest, allowed: Allowed) -> Guarded:
+    if not allowed(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _refuse(request, TRANSACTIONAL_ID_DENIED,
+                       _txn_message(WRITE, request.transactional_id))
+    return _whole_group(request, request.group_id, READ, allowed)
+
+
+def _end_txn(request: EndTxnRequest, allowed: Allowed) -> Guarded:
+    return _whole_txn(request, request.transactional_id, WRITE, allowed)
+
+
+def _txn_offset_commit(request: TxnOffsetCommitRequest, allowed: Allowed) -> Guarded:
+    """Kafka's order: WRITE on the transactional id, then READ on the group (either
+    refuses the request as a whole), then READ on each topic, per partition, as
+    OffsetCommit. An answer refused as a whole stays top-level only."""
+    if not allowed(WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _refuse(request, TRANSACTIONAL_ID_DENIED,
+                       _txn_message(WRITE, request.transactional_id))
+    if not allowed(READ, GROUP, request.group_id):
+        return _refuse(request, GROUP_DENIED, _group_message(READ, request.group_id))
+    kept, denied = _split(request.topics, lambda t: allowed(READ, TOPIC, t.name))
+    refused = [TxnTopicResult(name=t.name, results=[
+        TxnPartitionResult(partition_index=p.partition_index, error_code=TOPIC_DENIED)
+        for p in t.partitions]) for t in denied]
+    return _trim(request, "topics", kept, TxnOffsetCommitResponse, "topics", refused,
+                 keep_refusal=True)
+
+
+def _write_txn_markers(request: WriteTxnMarkersRequest, allowed: Allowed) -> Guarded:
+    """A transaction coordinator's markers for partitions this broker leads: the
+    brokers' own (CLUSTER_ACTION), or an operator's tool aborting a hanging transaction
+    (ALTER on the cluster, which Kafka accepts first and logs no denial of)."""
+    if allowed(ALTER, CLUSTER, CLUSTER_NAME, False):
+        return Guarded(request=request)
+    return _whole_cluster(request, CLUSTER_ACTION, allowed)
+
+
+def _describe_transactions(request: DescribeTransactionsRequest, allowed: Allowed,
+                           ) -> Guarded:
+    """DESCRIBE on each id, refused per id; what is told of a transaction names only the
+    topics the caller may DESCRIBE, as Kafka tells it."""
+    kept, denied = _split(request.transactional_ids,
+                          lambda t: allowed(DESCRIBE, TRANSACTIONAL_ID, t))
+    refused = [TransactionState(transactional_id=t, error_code=TRANSACTIONAL_ID_DENIED)
+               for t in denied]
+    if not kept:
+        return Guarded(answer=DescribeTransactionsResponse(transaction_states=refused))
+
+    def finish(response: Response) -> Response:
+        assert isinstance(response, DescribeTransactionsResponse)
+        states = [replace(s, topics=[t for t in s.topics
+                                     if allowed(DESCRIBE, TOPIC, t.topic, False)])
+                  if s.topics else s for s in response.transaction_states]
+        return replace(response, transaction_states=[*states, *refused])
+    return Guarded(request=replace(request, transactional_ids=kept) if denied else request,
+                   finish=finish)
+
+
+def _list_transactions(request: ListTransactionsRequest, allowed: Allowed) -> Guarded:
+    """Only the ids the caller may DESCRIBE; the others are left out, not refused."""
+    def visible(response: Response) -> Response:
+        assert isinstance(response, ListTransactionsResponse)
+        return replace(response, transaction_states=[
+            t for t in response.transaction_states
+            if allowed(DESCRIBE, TRANSACTIONAL_ID, t.transactional_id, False)])
+    return Guarded(request=request, finish=visible)
+
+
 def guard(request: Request, allowed: Allowed) -> Guarded:
     """What ``request`` may do for the caller ``allowed`` speaks for (module docstring)."""
     kind = type(request)
@@ -403,9 +557,11 @@ def guard(request: Request, allowed: Allowed) -> Guarded:
                             LeaveGroupRequest)):
         return _whole_group(request, request.group_id, READ, allowed)
     if isinstance(request, FindCoordinatorRequest):
-        if request.key_type != 0:
-            return Guarded(request=request)  # refused for its key type anyway
-        return _whole_group(request, request.key, DESCRIBE, allowed)
+        if request.key_type == GROUP_KEY:
+            return _whole_group(request, request.key, DESCRIBE, allowed)
+        if request.key_type == TRANSACTION_KEY:
+            return _whole_txn(request, request.key, DESCRIBE, allowed)
+        return Guarded(request=request)  # refused for its key type anyway
     by_cluster = _CLUSTER_OPERATION.get(kind)
     if by_cluster is not None:
         return _whole_cluster(request, by_cluster, allowed)
@@ -439,4 +595,12 @@ _CHECKS: Final[dict[type, Callable[..., Guarded]]] = {
     AlterUserScramCredentialsRequest: _alter_credentials,
     CreateAclsRequest: _create_acls,
     DeleteAclsRequest: _delete_acls,
+    InitProducerIdRequest: _init_producer_id,
+    AddPartitionsToTxnRequest: _add_partitions_to_txn,
+    AddOffsetsToTxnRequest: _add_offsets_to_txn,
+    EndTxnRequest: _end_txn,
+    TxnOffsetCommitRequest: _txn_offset_commit,
+    WriteTxnMarkersRequest: _write_txn_markers,
+    DescribeTransactionsRequest: _describe_transactions,
+    ListTransactionsRequest: _list_transactions,
 }

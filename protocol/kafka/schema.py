@@ -51,7 +51,7 @@ SERVED: Mapping[int, tuple[int, int]] = {
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
     65: (0, 0),  # DescribeTransactions
-    66: (0, 0),  # ListTransactions
+    66: (0, 1),  # ListTransactions
 }
 
 API_NAMES: Mapping[int, str] = {
@@ -415,9 +415,10 @@ REQUESTS: Mapping[int, Message] = {
     65: Message(65, 'DescribeTransactions', False, (0, 0), 0, (
         F('transactional_ids', 'string', (0, 0), array=True, default=()),
     )),
-    66: Message(66, 'ListTransactions', False, (0, 0), 0, (
-        F('state_filters', 'string', (0, 0), array=True, default=()),
-        F('producer_id_filters', 'int64', (0, 0), array=True, default=()),
+    66: Message(66, 'ListTransactions', False, (0, 1), 0, (
+        F('state_filters', 'string', (0, 1), array=True, default=()),
+        F('producer_id_filters', 'int64', (0, 1), array=True, default=()),
+        F('duration_filter', 'int64', (1, 1), default=-1),
     )),
 }
 
@@ -853,14 +854,14 @@ RESPONSES: Mapping[int, Message] = {
             )),
         )),
     )),
-    66: Message(66, 'ListTransactions', True, (0, 0), 0, (
-        F('throttle_time_ms', 'int32', (0, 0), default=0),
-        F('error_code', 'int16', (0, 0), default=0),
-        F('unknown_state_filters', 'string', (0, 0), array=True, default=()),
-        F('transaction_states', 'struct', (0, 0), array=True, default=(), fields=(
-            F('transactional_id', 'string', (0, 0), default=''),
-            F('producer_id', 'int64', (0, 0), default=0),
-            F('transaction_state', 'string', (0, 0), default=''),
+    66: Message(66, 'ListTransactions', True, (0, 1), 0, (
+        F('throttle_time_ms', 'int32', (0, 1), default=0),
+        F('error_code', 'int16', (0, 1), default=0),
+        F('unknown_state_filters', 'string', (0, 1), array=True, default=()),
+        F('transaction_states', 'struct', (0, 1), array=True, default=(), fields=(
+            F('transactional_id', 'string', (0, 1), default=''),
+            F('producer_id', 'int64', (0, 1), default=0),
+            F('transaction_state', 'string', (0, 1), default=''),
         )),
     )),
 }

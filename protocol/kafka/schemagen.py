@@ -81,7 +81,7 @@ SERVED: Mapping[str, Versions] = {
     "EndTxn": (0, 3),
     "TxnOffsetCommit": (0, 3),
     "DescribeTransactions": (0, 0),
-    "ListTransactions": (0, 0),
+    "ListTransactions": (0, 1),
 }
 """The one table of what groupwire's Kafka listener serves: API -> (min, max) version,
 the same for request and response. ``schema.SERVED`` is written from it."""

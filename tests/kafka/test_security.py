@@ -80,6 +80,7 @@ TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNKNOWN_MEMBER_ID = 25
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 # Kafka api keys the raw client sends
 PRODUCE, METADATA, OFFSET_COMMIT, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = (
@@ -967,6 +968,38 @@ def test_describe_configs_needs_describe_configs(sasl_broker: SecuredBroker,
     assert configs["retention.ms"].value == describe(admin, topic)["retention.ms"].value
     with pytest.raises(ck.KafkaException):  # the topic's grant says nothing of the broker
         describe(bob, broker)
+
+
+# --- transactions -------------------------------------------------------------------------
+
+
+def test_a_transactional_producer_needs_write_on_its_transactional_id(
+        sasl_broker: SecuredBroker, name: str) -> None:
+    """librdkafka's transactional producer as bob: refused at init_transactions until an
+    ACL (created through Kafka's CreateAcls, resource type TRANSACTIONAL_ID) grants WRITE
+    on the id; then its transaction commits. An idempotent producer needs no ACL beyond
+    WRITE on the topic (Kafka 3.0+)."""
+    admin, bob = _rdk(sasl_broker, "admin"), _rdk(sasl_broker, "bob")
+    tid = f"tx-{name}"
+    _create_topic(admin, name)
+    Op, Kind = ck_admin.AclOperation, ck_admin.ResourceType
+    _grant(admin, _binding("User:bob", Kind.TOPIC, name, Op.WRITE))
+    refused = ck.Producer({**bob, "transactional.id": tid})
+    with pytest.raises(ck.KafkaException) as caught:
+        refused.init_transactions(TIMEOUT_S)
+    assert _code(caught.value) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    sasl_broker.logged("authorization_denied", principal="User:bob",
+                       resource=f"TRANSACTIONAL_ID:{tid}")
+
+    _grant(admin, _binding("User:bob", Kind.TRANSACTIONAL_ID, tid, Op.WRITE))
+    producer = ck.Producer({**bob, "transactional.id": tid})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(name, b"in a transaction", partition=0)
+    producer.commit_transaction(TIMEOUT_S)
+    assert _produce({**bob, "enable.idempotence": True}, name, [b"idempotent"]) == [None]
+    committed = {**admin, "isolation.level": "read_committed"}
+    assert _fetch(committed, name, 2) == [b"in a transaction", b"idempotent"]
 
 
 # --- member ownership ---------------------------------------------------------------------

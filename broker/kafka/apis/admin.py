@@ -20,9 +20,9 @@ are already Kafka's; the translators own where the two protocols differ:
   (``broker.topics.rules``) to what it shows. Every rule but the broker's
   ``--max-partitions`` cap is checked (that needs the hosted count, which Metadata does
   not carry); a real request would still be refused for it.
-- Kafka's ACL codes groupwire has no bindings for (resource types TRANSACTIONAL_ID,
-  DELEGATION_TOKEN, USER; operations IDEMPOTENT_WRITE and later) match nothing when
-  described or deleted, and creating them is refused with a message saying so.
+- Kafka's ACL codes groupwire has no bindings for (resource types DELEGATION_TOKEN and
+  USER; operations CREATE_TOKENS and later) match nothing when described or deleted, and
+  creating them is refused with a message saying so.
 - DescribeUserScramCredentials with an empty list of users describes every user, as
   Kafka does (null does too).
 - DescribeCluster is a Metadata for no topic; InitProducerId is the msgpack door's, for
@@ -117,14 +117,14 @@ _TOPIC_OPERATIONS: Final = (
 """What Kafka reports on a topic (``AclEntry.supportedOperations``)."""
 _CLUSTER_OPERATIONS: Final = (
     AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
-    AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
-_IDEMPOTENT_WRITE: Final = 12
-"""Kafka's operation for InitProducerId without a transactional id; groupwire grants it to
-every principal (a producer id grants nothing: each Produce is checked per topic)."""
+    AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+    AclOperation.IDEMPOTENT_WRITE)
+"""What Kafka reports on the cluster: IDEMPOTENT_WRITE as its ACLs say, though WRITE on
+any topic lets a producer be idempotent too (the broker's InitProducerId check)."""
 
-_KAFKA_ONLY_RESOURCES: Final = {5: "TRANSACTIONAL_ID", 6: "DELEGATION_TOKEN", 7: "USER"}
-_KAFKA_ONLY_OPERATIONS: Final = {12: "IDEMPOTENT_WRITE", 13: "CREATE_TOKENS",
-                                 14: "DESCRIBE_TOKENS", 15: "TWO_PHASE_COMMIT"}
+_KAFKA_ONLY_RESOURCES: Final = {6: "DELEGATION_TOKEN", 7: "USER"}
+_KAFKA_ONLY_OPERATIONS: Final = {13: "CREATE_TOKENS", 14: "DESCRIBE_TOKENS",
+                                 15: "TWO_PHASE_COMMIT"}
 """Kafka's ACL codes past groupwire's model (``protocol.acls``): no binding has them."""
 
 _NO_PRODUCER: Final = -1
@@ -167,16 +167,14 @@ def _brokers(ctx: KafkaContext, listed: Sequence[MetadataBroker], id_field: str,
 
 
 def _operations(ctx: KafkaContext, resource: ResourceType, name: str,
-                operations: Iterable[AclOperation], granted: Iterable[int] = ()) -> int:
+                operations: Iterable[AclOperation]) -> int:
     """Kafka's bitfield of ``operations`` the caller may do on the resource (all of
-    them without an authorizer, as Kafka answers), plus ``granted``."""
+    them without an authorizer, as Kafka answers)."""
     allowed = ctx.allowed
     bits = 0
     for operation in operations:
         if allowed is None or allowed(operation, resource, name, False):
             bits |= 1 << int(operation)
-    for code in granted:
-        bits |= 1 << code
     return bits
 
 
@@ -189,8 +187,7 @@ def _cluster_operations(ctx: KafkaContext, asked: bool) -> int:
     if allowed is not None and not allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER,
                                            CLUSTER_NAME, False):
         return 0
-    return _operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS,
-                       (_IDEMPOTENT_WRITE,))
+    return _operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, _CLUSTER_OPERATIONS)
 
 
 def _single_node(ctx: KafkaContext) -> int | None:

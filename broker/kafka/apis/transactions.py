@@ -17,9 +17,8 @@ protocol. Where the two differ:
 - AddPartitionsToTxn is served up to v3, the versions clients send (v4+ batches
   transactions for brokers verifying on a leader's behalf, KIP-890). TxnOffsetCommit
   below v3 names no member: the generation is not checked (-1, ""), as Kafka does.
-- ListTransactions is served at v0: v1's ``duration_filter`` needs the coordinator's
-  clock, and a client that wants the filter is better told the version is missing (its
-  clients say so) than answered unfiltered.
+- ListTransactions v1's ``duration_filter`` passes through: the coordinator's shell
+  filters by its own clock (open transactions started more than that long ago).
 """
 
 from __future__ import annotations
@@ -216,7 +215,8 @@ def _describe_response(ctx: KafkaContext, body: Body, response: Response) -> Bod
 def _list_request(ctx: KafkaContext, body: Body) -> Step:
     return Dispatch(ListTransactionsRequest(
         state_filters=list(body["state_filters"]),
-        producer_id_filters=list(body["producer_id_filters"])))
+        producer_id_filters=list(body["producer_id_filters"]),
+        duration_filter_ms=body["duration_filter"] if ctx.api_version >= 1 else -1))
 
 
 def _list_response(ctx: KafkaContext, body: Body, response: Response) -> Body:

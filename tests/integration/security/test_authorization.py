@@ -1,8 +1,10 @@
 """The ACL authorizer over real SASL connections: ACL APIs, per-API refusals, a changed
-ACL taking effect on the next request, member ownership, durability across restart."""
+ACL taking effect on the next request, member ownership, durability across restart, and
+the transactional APIs (Kafka's TRANSACTIONAL_ID resource, idempotent producers)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -10,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from groupwire import Producer
 from groupwire.broker.server import Broker
+from groupwire.errors import TransactionalIdAuthorizationFailedError
 from groupwire.protocol.batches import BatchRecord, encode_batch
 from tests.conformance.wire import Api, Member, WireConn, assignment
 
@@ -245,3 +249,145 @@ async def test_credential_alterations_are_checked_per_user(start: Start, login: 
     assert [(r["user"], r["error_code"]) for r in body["results"]] == [
         ("dup", 92), ("ghost", 91), ("odd", 33), ("weak", 93)]
 
+
+
+# --- transactions: Kafka's TRANSACTIONAL_ID resource and the transactional APIs --------------
+
+TRANSACTIONAL_ID, IDEMPOTENT_WRITE, CLUSTER_ACTION = 5, 12, 9
+TXN_DENIED = 53
+RETRIABLE = (14, 15, 51)  # loading, __transaction_state being made, concurrent
+
+
+async def init_producer(conn: WireConn, transactional_id: str | None) -> dict[str, Any]:
+    """InitProducerId, asked again while the answer is retriable (the first transactional
+    one waits for ``__transaction_state`` to be made)."""
+    async with asyncio.timeout(10):
+        while True:
+            body = await call(conn, Api.INIT_PRODUCER_ID, {
+                "transactional_id": transactional_id, "transaction_timeout_ms": 60_000})
+            if body["error_code"] not in RETRIABLE:
+                return body
+            await asyncio.sleep(0.02)
+
+
+def _producer(broker: Broker, user: str, transactional_id: str) -> Producer:
+    return Producer(f"127.0.0.1:{broker.listener_ports['SASL_PLAINTEXT']}",
+                    transactional_id=transactional_id, linger_ms=1, request_timeout_ms=5000,
+                    retry_backoff_ms=20, security_protocol="SASL_PLAINTEXT",
+                    sasl_plain_username=user, sasl_plain_password=USERS[user])
+
+
+async def test_a_transactional_producer_needs_write_on_its_transactional_id(
+        start: Start, login: Any) -> None:
+    broker = await start()
+    as_user = login(broker)
+    admin, alice, bob = await as_user("admin"), await as_user("alice"), await as_user("bob")
+    await call(admin, Api.CREATE_TOPICS, {"topics": [{"name": "t"}]})
+    await grant(admin, acl(TOPIC, "t", "User:alice", WRITE))
+    refused = await init_producer(alice, "app-1")
+    assert (refused["error_code"], refused.get("producer_id", -1)) == (TXN_DENIED, -1)
+    assert "transactional id 'app-1'" in refused["error_message"]
+    found = await call(alice, Api.FIND_COORDINATOR, {"key": "app-1", "key_type": 1})
+    assert found["error_code"] == TXN_DENIED
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        async with _producer(broker, "alice", "app-1") as p:
+            await p.begin_transaction()
+    assert sample(broker, DENIALS, resource_type="TRANSACTIONAL_ID", operation="WRITE") >= 1
+
+    # WRITE on the id (a prefix here) and on the topic: the transaction commits
+    await grant(admin, acl(TRANSACTIONAL_ID, "app-", "User:alice", WRITE, pattern=PREFIXED))
+    async with _producer(broker, "alice", "app-1") as p, p.transaction():
+        await p.send_and_wait("t", b"a", partition=0)
+        await p.send_and_wait("t", b"b", partition=0)
+    fetch = {"max_wait_ms": 0, "isolation_level": 1, "topics": [
+        {"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    async with asyncio.timeout(10):  # the markers are written after EndTxn is answered
+        while (part := (await call(admin, Api.FETCH, fetch))["responses"][0]["partitions"][0]
+               )["last_stable_offset"] < 3:
+            await asyncio.sleep(0.02)
+    assert (part["high_watermark"], part["last_stable_offset"]) == (3, 3)  # a, b, marker
+
+    # another principal may neither end nor describe alice's transactions
+    bob_end = await call(bob, Api.END_TXN, {"transactional_id": "app-1", "producer_id": 0,
+                                            "producer_epoch": 0, "committed": False})
+    assert bob_end["error_code"] == TXN_DENIED
+    described = await call(bob, Api.DESCRIBE_TRANSACTIONS, {"transactional_ids": ["app-1"]})
+    assert [(s["transactional_id"], s["error_code"]) for s in
+            described["transaction_states"]] == [("app-1", TXN_DENIED)]
+    assert (await call(bob, Api.LIST_TRANSACTIONS, {})).get("transaction_states", []) == []
+    listed = await call(alice, Api.LIST_TRANSACTIONS, {})  # WRITE implies DESCRIBE
+    assert [t["transactional_id"] for t in listed["transaction_states"]] == ["app-1"]
+
+
+async def test_an_idempotent_producer_needs_write_on_some_topic_or_idempotent_write(
+        start: Start, login: Any) -> None:
+    """Kafka 3.0+'s rule (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any
+    topic, which a producer needs anyway to produce anything."""
+    broker = await start()
+    as_user = login(broker)
+    admin, alice, bob = await as_user("admin"), await as_user("alice"), await as_user("bob")
+    for conn in (alice, bob):
+        assert (await init_producer(conn, None))["error_code"] == 31
+    assert sample(broker, DENIALS, resource_type="TOPIC", operation="WRITE") == 2
+    await grant(admin, acl(TOPIC, "ord", "User:alice", WRITE, pattern=PREFIXED),
+                acl(CLUSTER, "kafka-cluster", "User:bob", IDEMPOTENT_WRITE))
+    for conn in (alice, bob):
+        body = await init_producer(conn, None)
+        assert body["error_code"] == 0 and body["producer_id"] >= 0
+    # a DENY that covers alice's one ALLOW whole leaves her nothing to write
+    await grant(admin, acl(TOPIC, "o", "User:alice", WRITE, pattern=PREFIXED, permission=2))
+    assert (await init_producer(alice, None))["error_code"] == 31
+
+
+async def test_write_txn_markers_are_for_brokers_only(start: Start, login: Any) -> None:
+    broker = await start()
+    as_user = login(broker)
+    admin, alice = await as_user("admin"), await as_user("alice")
+    await call(admin, Api.CREATE_TOPICS, {"topics": [{"name": "t"}]})
+    await grant(admin, acl(TOPIC, "t", "User:alice", WRITE),
+                acl(TRANSACTIONAL_ID, "*", "User:alice", WRITE))
+    markers = {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+                            "coordinator_epoch": 0, "topics": [{"name": "t",
+                                                                "partitions": [0]}]}]}
+    refused = await call(alice, Api.WRITE_TXN_MARKERS, markers)
+    assert (refused["error_code"], refused.get("markers", [])) == (31, [])
+    ends = await call(admin, Api.LIST_OFFSETS, {"topics": [
+        {"name": "t", "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
+    assert ends["topics"][0]["partitions"][0]["offset"] == 0  # no marker was written
+    await grant(admin, acl(CLUSTER, "kafka-cluster", "User:alice", CLUSTER_ACTION))
+    assert (await call(alice, Api.WRITE_TXN_MARKERS, markers))["error_code"] == 0
+
+
+async def test_transactional_offsets_need_read_on_the_group(start: Start, login: Any) -> None:
+    broker = await start()
+    as_user = login(broker)
+    admin, alice = await as_user("admin"), await as_user("alice")
+    await call(admin, Api.CREATE_TOPICS, {"topics": [{"name": "in"}, {"name": "secret"}]})
+    await grant(admin, acl(TRANSACTIONAL_ID, "etl", "User:alice", WRITE),
+                acl(TOPIC, "in", "User:alice", READ))
+    producer = await init_producer(alice, "etl")
+    assert producer["error_code"] == 0
+    ids = {"transactional_id": "etl", "producer_id": producer["producer_id"],
+           "producer_epoch": producer["producer_epoch"]}
+    offsets = {**ids, "group_id": "g", "topics": [
+        {"name": n, "partitions": [{"partition_index": 0, "committed_offset": 5}]}
+        for n in ("in", "secret")]}
+    assert (await call(alice, Api.ADD_OFFSETS_TO_TXN, {**ids, "group_id": "g"})
+            )["error_code"] == 30
+    refused = await call(alice, Api.TXN_OFFSET_COMMIT, offsets)
+    assert (refused["error_code"], refused.get("topics", [])) == (30, [])
+    assert "READ group 'g'" in refused["error_message"]
+
+    await grant(admin, acl(GROUP, "g", "User:alice", READ))
+    assert (await call(alice, Api.ADD_OFFSETS_TO_TXN, {**ids, "group_id": "g"})
+            )["error_code"] == 0
+    body = await call(alice, Api.TXN_OFFSET_COMMIT, offsets)
+    assert body["error_code"] == 0
+    assert {t["name"]: [p["error_code"] for p in t["results"]] for t in body["topics"]} == {
+        "in": [0], "secret": [29]}
+    assert (await call(alice, Api.END_TXN, {**ids, "committed": True}))["error_code"] == 0
+    fetch = {"group_id": "g", "topics": [{"name": "in", "partition_indexes": [0]}]}
+    async with asyncio.timeout(10):  # the offsets are the group's once the marker is written
+        while (await call(admin, Api.OFFSET_FETCH, fetch)
+               )["topics"][0]["partitions"][0]["committed_offset"] != 5:
+            await asyncio.sleep(0.02)

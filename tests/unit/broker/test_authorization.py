@@ -25,6 +25,11 @@ class Acl:
         self.asked.append((operation, resource_type, name, audit))
         return (operation, resource_type, name) in self.grants
 
+    def on_any(self, operation: Op, resource_type: Rt, audit: bool = True) -> bool:
+        """Some grant of ``operation`` on a resource of the type (asked as name ``*any``)."""
+        self.asked.append((operation, resource_type, "*any", audit))
+        return any(g[:2] == (operation, resource_type) for g in self.grants)
+
 
 def allow(*grants: tuple[Op, Rt, str]) -> Acl:
     return Acl(set(grants))
@@ -279,3 +284,167 @@ def test_unchecked_apis_ask_nothing(request_: m.Request) -> None:
     acl = allow()
     assert guard(request_, acl).request is request_
     assert acl.asked == []
+
+
+# --- transactions (Kafka 3.x's rules) -------------------------------------------------------
+
+TX = Rt.TRANSACTIONAL_ID
+TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_a_transactional_init_producer_id_needs_write_on_its_id() -> None:
+    req = m.InitProducerIdRequest(transactional_id="app", transaction_timeout_ms=60_000)
+    assert guard(req, allow((Op.WRITE, TX, "app"))).request is req
+    for acl in (allow((Op.DESCRIBE, TX, "app")), allow((Op.WRITE, TX, "other")),
+                allow((Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME), (Op.WRITE, Rt.TOPIC, "t"))):
+        refused = answered(guard(req, acl))
+        assert isinstance(refused, m.InitProducerIdResponse)
+        assert (refused.error_code, refused.producer_id) == (TXN_DENIED, -1)
+        assert "WRITE transactional id 'app'" in (refused.error_message or "")
+
+
+def test_an_idempotent_init_producer_id_needs_idempotent_write_or_write_on_some_topic() -> None:
+    req = m.InitProducerIdRequest()
+    cluster = allow((Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME))
+    assert guard(req, cluster).request is req
+    assert cluster.asked == [(Op.IDEMPOTENT_WRITE, Rt.CLUSTER, CLUSTER_NAME, False)]
+    writer = allow((Op.WRITE, Rt.TOPIC, "orders"))
+    assert guard(req, writer).request is req
+    assert writer.asked[-1] == (Op.WRITE, Rt.TOPIC, "*any", True)
+    for acl in (allow(), allow((Op.READ, Rt.TOPIC, "orders")), allow((Op.WRITE, TX, "app")),
+                allow((Op.WRITE, Rt.CLUSTER, CLUSTER_NAME))):
+        refused = answered(guard(req, acl))
+        assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def _add_partitions(*topics: tuple[str, list[int]]) -> m.AddPartitionsToTxnRequest:
+    return m.AddPartitionsToTxnRequest(
+        transactional_id="app", producer_id=7, producer_epoch=0,
+        topics=[m.TxnTopic(name=n, partitions=ps) for n, ps in topics])
+
+
+def test_add_partitions_needs_write_on_the_id_then_on_every_topic() -> None:
+    req = _add_partitions(("a", [0, 1]), ("b", [2]))
+    both = [(Op.WRITE, Rt.TOPIC, "a"), (Op.WRITE, Rt.TOPIC, "b")]
+    assert guard(req, allow((Op.WRITE, TX, "app"), *both)).request is req
+    no_id = answered(guard(req, allow(*both)))
+    assert isinstance(no_id, m.AddPartitionsToTxnResponse)
+    assert (no_id.error_code, no_id.results) == (TXN_DENIED, [])
+    # one topic refused fails the whole request, as Kafka answers: nothing is added
+    acl = allow((Op.WRITE, TX, "app"), (Op.WRITE, Rt.TOPIC, "a"))
+    partial = answered(guard(req, acl))
+    assert isinstance(partial, m.AddPartitionsToTxnResponse) and partial.error_code == 0
+    assert [(t.name, p.partition_index, p.error_code)
+            for t in partial.results for p in t.results] == [
+        ("a", 0, ErrorCode.OPERATION_NOT_ATTEMPTED), ("a", 1, ErrorCode.OPERATION_NOT_ATTEMPTED),
+        ("b", 2, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]
+
+
+def test_add_partitions_of_an_internal_topic_is_refused_whatever_the_acls() -> None:
+    req = _add_partitions(("__consumer_offsets", [3]))
+    acl = allow((Op.WRITE, TX, "app"), (Op.WRITE, Rt.TOPIC, "__consumer_offsets"))
+    refused = answered(guard(req, acl))
+    assert isinstance(refused, m.AddPartitionsToTxnResponse)
+    assert refused.results[0].results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert acl.asked == [(Op.WRITE, TX, "app", True)]  # not a denial of the ACLs
+
+
+def test_add_offsets_needs_write_on_the_id_then_read_on_the_group() -> None:
+    req = m.AddOffsetsToTxnRequest(transactional_id="app", producer_id=7, producer_epoch=0,
+                                   group_id="g")
+    assert guard(req, allow((Op.WRITE, TX, "app"), (Op.READ, Rt.GROUP, "g"))).request is req
+    assert answered(guard(req, allow((Op.READ, Rt.GROUP, "g")))).error_code == TXN_DENIED
+    no_group = answered(guard(req, allow((Op.WRITE, TX, "app"), (Op.DESCRIBE, Rt.GROUP, "g"))))
+    assert no_group.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def test_end_txn_needs_write_on_the_id() -> None:
+    req = m.EndTxnRequest(transactional_id="app", producer_id=7, producer_epoch=0,
+                          committed=True)
+    assert guard(req, allow((Op.WRITE, TX, "app"))).request is req
+    refused = answered(guard(req, allow((Op.DESCRIBE, TX, "app"), (Op.WRITE, TX, "apps"))))
+    assert isinstance(refused, m.EndTxnResponse) and refused.error_code == TXN_DENIED
+
+
+def test_txn_offset_commit_checks_the_id_the_group_then_each_topic() -> None:
+    req = m.TxnOffsetCommitRequest(
+        transactional_id="app", group_id="g", producer_id=7, producer_epoch=0, topics=[
+            m.TxnOffsetCommitTopic(name=n, partitions=[
+                m.TxnOffsetCommitPartition(partition_index=i, committed_offset=5)])
+            for n, i in (("a", 0), ("b", 1))])
+    topics = [(Op.READ, Rt.TOPIC, "a"), (Op.READ, Rt.TOPIC, "b")]
+    assert guard(req, allow((Op.WRITE, TX, "app"), (Op.READ, Rt.GROUP, "g"), *topics)
+                 ).request is req
+    no_id = allow((Op.READ, Rt.GROUP, "g"), *topics)
+    assert answered(guard(req, no_id)).error_code == TXN_DENIED
+    assert no_id.asked == [(Op.WRITE, TX, "app", True)]  # Kafka's order: the id first
+    no_group = answered(guard(req, allow((Op.WRITE, TX, "app"), (Op.DESCRIBE, Rt.GROUP, "g"),
+                                         *topics)))
+    assert isinstance(no_group, m.TxnOffsetCommitResponse)
+    assert no_group.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert "READ group 'g'" in (no_group.error_message or "")
+    g = guard(req, allow((Op.WRITE, TX, "app"), (Op.READ, Rt.GROUP, "g"), topics[0]))
+    assert isinstance(g.request, m.TxnOffsetCommitRequest) and g.finish is not None
+    assert [t.name for t in g.request.topics] == ["a"]
+    merged = g.finish(m.TxnOffsetCommitResponse(topics=[m.TxnTopicResult(
+        name="a", results=[m.TxnPartitionResult(partition_index=0)])]))
+    assert isinstance(merged, m.TxnOffsetCommitResponse)
+    assert [(t.name, p.partition_index, p.error_code)
+            for t in merged.topics for p in t.results] == [("a", 0, 0), ("b", 1, 29)]
+    fenced = m.TxnOffsetCommitResponse(error_code=ErrorCode.PRODUCER_FENCED)
+    assert g.finish(fenced) is fenced
+
+
+def test_write_txn_markers_are_the_brokers_or_an_alterers_of_the_cluster() -> None:
+    req = m.WriteTxnMarkersRequest(markers=[m.TxnMarker(
+        producer_id=7, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=[m.TxnTopic(name="t", partitions=[0])])])
+    assert guard(req, allow((Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME))).request is req
+    assert guard(req, allow((Op.ALTER, Rt.CLUSTER, CLUSTER_NAME))).request is req
+    client = allow((Op.WRITE, Rt.TOPIC, "t"), (Op.WRITE, TX, "app"))
+    refused = answered(guard(req, client))
+    assert isinstance(refused, m.WriteTxnMarkersResponse)
+    assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert client.asked == [(Op.ALTER, Rt.CLUSTER, CLUSTER_NAME, False),
+                            (Op.CLUSTER_ACTION, Rt.CLUSTER, CLUSTER_NAME, True)]
+
+
+def test_find_coordinator_of_a_transactional_id_needs_describe_on_it() -> None:
+    req = m.FindCoordinatorRequest(key="app", key_type=1)
+    assert guard(req, allow((Op.DESCRIBE, TX, "app"))).request is req
+    refused = answered(guard(req, allow((Op.DESCRIBE, Rt.GROUP, "app"))))
+    assert isinstance(refused, m.FindCoordinatorResponse)
+    assert (refused.error_code, refused.node_id) == (TXN_DENIED, -1)
+
+
+def test_describe_transactions_refuses_per_id_and_shows_only_describable_topics() -> None:
+    acl = allow((Op.DESCRIBE, TX, "mine"), (Op.DESCRIBE, Rt.TOPIC, "seen"))
+    g = guard(m.DescribeTransactionsRequest(transactional_ids=["mine", "theirs"]), acl)
+    assert isinstance(g.request, m.DescribeTransactionsRequest) and g.finish is not None
+    assert g.request.transactional_ids == ["mine"]
+    out = g.finish(m.DescribeTransactionsResponse(transaction_states=[m.TransactionState(
+        transactional_id="mine", transaction_state="Ongoing", producer_id=7, topics=[
+            m.TransactionTopic(topic="seen", partitions=[0]),
+            m.TransactionTopic(topic="hidden", partitions=[1])])]))
+    assert isinstance(out, m.DescribeTransactionsResponse)
+    assert [(s.transactional_id, s.error_code, [t.topic for t in s.topics])
+            for s in out.transaction_states] == [("mine", 0, ["seen"]),
+                                                 ("theirs", TXN_DENIED, [])]
+    assert (Op.DESCRIBE, Rt.TOPIC, "hidden", False) in acl.asked  # a filter: not logged
+    none = answered(guard(m.DescribeTransactionsRequest(transactional_ids=["x"]), allow()))
+    assert isinstance(none, m.DescribeTransactionsResponse)
+    assert [(s.transactional_id, s.error_code) for s in none.transaction_states] == [
+        ("x", TXN_DENIED)]
+
+
+def test_list_transactions_shows_only_describable_ids() -> None:
+    acl = allow((Op.DESCRIBE, TX, "mine"), (Op.DESCRIBE, Rt.CLUSTER, CLUSTER_NAME))
+    req = m.ListTransactionsRequest()
+    g = guard(req, acl)
+    assert g.request is req and g.finish is not None
+    out = g.finish(m.ListTransactionsResponse(transaction_states=[
+        m.ListedTransaction(transactional_id=t, producer_id=i)
+        for i, t in enumerate(["mine", "theirs"])]))
+    assert isinstance(out, m.ListTransactionsResponse)
+    assert [t.transactional_id for t in out.transaction_states] == ["mine"]
+    assert all(not audit for *_, audit in acl.asked)

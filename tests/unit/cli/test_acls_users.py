@@ -124,6 +124,31 @@ def test_acls_add_parses_names_in_any_case() -> None:
             "--cluster", "--prefixed"]))
 
 
+def test_acls_add_list_and_remove_name_a_transactional_id(
+        calls: Calls, capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([
+        "acls", "add", "--allow", "--principal", "User:etl", "--operation", "write",
+        "--transactional-id", "etl-", "--prefixed"])
+    assert bindings_to_add(args) == [AclBinding.allow(
+        "User:etl", AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "etl-",
+        pattern=PatternType.PREFIXED)]
+    args = build_parser().parse_args([
+        "acls", "add", "--allow", "--principal", "User:etl", "--operation",
+        "idempotent-write", "--cluster"])
+    assert [b.operation for b in bindings_to_add(args)] == [AclOperation.IDEMPOTENT_WRITE]
+    mine = AclBinding.allow("User:etl", "write", "transactional-id", "etl-app")
+    calls.bindings = [mine, AclBinding.allow("User:etl", "write", "topic", "etl-app")]
+    code, out, _ = _run(capsys, "acls", "list", "--transactional-id", "etl-app", "--json")
+    assert code == 0 and [b["resource_type"] for b in json.loads(out)] == ["TRANSACTIONAL_ID"]
+    assert calls.log[-1] == ("describe_acls", AclBindingFilter(
+        resource_type=ResourceType.TRANSACTIONAL_ID, resource_name="etl-app"))
+    code, _, _ = _run(capsys, "acls", "remove", "--transactional-id", "etl-app", "--execute")
+    assert code == 0 and mine not in calls.bindings and len(calls.bindings) == 1
+    code, _, err = _run(capsys, "acls", "list", "--transactional-id", "a",
+                        "--resource-type", "topic")
+    assert code == 1 and "--transactional-id names the resource" in err
+
+
 @pytest.mark.parametrize("argv", [
     ["acls", "add", "--principal", "User:a", "--operation", "read", "--topic", "t"],
     ["acls", "add", "--allow", "--deny", "--principal", "User:a", "--operation", "read",
@@ -133,6 +158,8 @@ def test_acls_add_parses_names_in_any_case() -> None:
     ["acls", "add", "--allow", "--principal", "User:a", "--operation", "read"],
     ["acls", "add", "--allow", "--principal", "User:a", "--operation", "read", "--topic",
      "t", "--group", "g"],
+    ["acls", "add", "--allow", "--principal", "User:a", "--operation", "write",
+     "--transactional-id", "x", "--cluster"],
     ["acls", "list", "--resource-type", "queue"],
     ["acls", "remove", "--operation", "reed"],
     ["users", "add", "alice"],

@@ -85,6 +85,26 @@ def test_allow_reads_as_written() -> None:
     assert c.pattern == ResourcePattern.cluster() and c.resource_name == "kafka-cluster"
 
 
+@pytest.mark.parametrize("text", ["transactional-id", "TransactionalId", "TRANSACTIONAL_ID",
+                                  5, ResourceType.TRANSACTIONAL_ID])
+def test_transactional_ids_are_a_resource_type(text: str | int) -> None:
+    assert parse_resource_type(text, concrete=True) is ResourceType.TRANSACTIONAL_ID
+
+
+def test_transactional_id_bindings_and_idempotent_write() -> None:
+    b = AclBinding.allow("User:etl", "write", "transactional-id", "etl-", pattern="prefixed")
+    assert b.pattern == ResourcePattern.transactional_id("etl-", prefixed=True)
+    assert str(b) == "User:etl ALLOW WRITE from * on TRANSACTIONAL_ID:PREFIXED:etl-"
+    assert creation(b).resource_type == 5
+    i = AclBinding.allow("User:etl", "idempotent-write", "cluster")
+    assert i.operation is AclOperation.IDEMPOTENT_WRITE and creation(i).operation == 12
+    with pytest.raises(ValueError, match="needs a name"):
+        ResourcePattern.transactional_id("")
+    f = AclBindingFilter.of(resource_type="transactional-id", resource_name="etl-app",
+                            pattern_type="match")
+    assert f.matches(b) and not f.matches(i)
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: AclBinding.allow("alice", "read", "topic", "t"), "principal must be TYPE:NAME"),
     (lambda: AclBinding.allow("User:", "read", "topic", "t"), "principal must be TYPE:NAME"),

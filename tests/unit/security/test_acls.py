@@ -24,6 +24,7 @@ from groupwire.protocol.acls import (
 )
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TX = ResourceType.TRANSACTIONAL_ID
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
 Op, Perm = AclOperation, AclPermission
 ALICE, BOB = "User:alice", "User:bob"
@@ -170,6 +171,65 @@ def test_many_bindings_index() -> None:
     assert not auth.authorize("User:u77", HOST, Op.READ, G, "team-78.x")
 
 
+def test_transactional_ids_match_like_the_other_resources() -> None:
+    auth = Authorizer([acl(TX, "orders-app", Op.WRITE), acl(TX, "etl.", Op.DESCRIBE, pattern=PRE),
+                       acl(TX, "etl.secret", Op.ALL, perm=Perm.DENY)])
+    assert auth.authorize(ALICE, HOST, Op.WRITE, TX, "orders-app")
+    assert auth.authorize(ALICE, HOST, Op.DESCRIBE, TX, "orders-app")  # WRITE implies it
+    assert not auth.authorize(ALICE, HOST, Op.WRITE, TX, "orders-app-2")
+    assert not auth.authorize(ALICE, HOST, Op.WRITE, T, "orders-app")  # another type
+    assert auth.authorize(ALICE, HOST, Op.DESCRIBE, TX, "etl.daily")
+    assert not auth.authorize(ALICE, HOST, Op.WRITE, TX, "etl.daily")
+    assert not auth.authorize(ALICE, HOST, Op.DESCRIBE, TX, "etl.secret")
+
+
+ANY_CASES = [
+    ([], False),
+    ([acl(T, "orders", Op.WRITE)], True),
+    ([acl(T, "ord", Op.WRITE, pattern=PRE)], True),
+    ([acl(T, "*", Op.WRITE)], True),
+    ([acl(T, "orders", Op.ALL)], True),
+    ([acl(T, "orders", Op.WRITE, principal="User:*")], True),
+    ([acl(T, "orders", Op.WRITE, host=HOST)], True),
+    ([acl(T, "orders", Op.WRITE, host="10.9.9.9")], False),  # another host's
+    ([acl(T, "orders", Op.WRITE, principal=BOB)], False),
+    ([acl(T, "orders", Op.READ)], False),  # nothing implies WRITE
+    ([acl(G, "orders", Op.WRITE)], False),  # another resource type
+    ([acl(C, CLUSTER_NAME, Op.WRITE)], False),
+    # a DENY that covers every ALLOW whole
+    ([acl(T, "orders", Op.WRITE), acl(T, "orders", Op.WRITE, perm=Perm.DENY)], False),
+    ([acl(T, "orders", Op.WRITE), acl(T, "or", Op.WRITE, perm=Perm.DENY, pattern=PRE)], False),
+    ([acl(T, "ord", Op.WRITE, pattern=PRE), acl(T, "o", Op.ALL, perm=Perm.DENY, pattern=PRE)],
+     False),
+    ([acl(T, "orders", Op.WRITE), acl(T, "*", Op.WRITE, perm=Perm.DENY)], False),
+    ([acl(T, "*", Op.WRITE), acl(T, "*", Op.WRITE, perm=Perm.DENY, principal="User:*")], False),
+    # ... and DENYs that leave some name allowed
+    ([acl(T, "orders", Op.WRITE), acl(T, "orders2", Op.WRITE, perm=Perm.DENY)], True),
+    ([acl(T, "ord", Op.WRITE, pattern=PRE), acl(T, "ord", Op.WRITE, perm=Perm.DENY)], True),
+    ([acl(T, "ord", Op.WRITE, pattern=PRE), acl(T, "orde", Op.WRITE, perm=Perm.DENY,
+                                                 pattern=PRE)], True),
+    ([acl(T, "*", Op.WRITE), acl(T, "o", Op.WRITE, perm=Perm.DENY, pattern=PRE)], True),
+    ([acl(T, "orders", Op.WRITE), acl(T, "orders", Op.READ, perm=Perm.DENY)], True),
+    ([acl(T, "orders", Op.WRITE), acl(T, "orders", Op.WRITE, perm=Perm.DENY, principal=BOB)],
+     True),
+    ([acl(T, "a", Op.WRITE), acl(T, "b", Op.WRITE), acl(T, "a", Op.WRITE, perm=Perm.DENY)], True),
+]
+
+
+@pytest.mark.parametrize(("bindings", "allowed"), ANY_CASES)
+def test_authorize_any_is_kafkas_authorize_by_resource_type(
+        bindings: list[AclBinding], allowed: bool) -> None:
+    assert Authorizer(bindings).authorize_any(ALICE, HOST, Op.WRITE, T) is allowed
+
+
+def test_authorize_any_super_users_and_operations_no_binding_holds() -> None:
+    auth = Authorizer([acl(T, "*", Op.ALL, principal="User:admin", perm=Perm.DENY),
+                       acl(T, "*", Op.ALL)], super_users=frozenset({"User:admin"}))
+    assert auth.authorize_any("User:admin", HOST, Op.WRITE, TX)
+    for op in (Op.ANY, Op.ALL, Op.UNKNOWN):
+        assert not auth.authorize_any(ALICE, HOST, op, T)
+
+
 # --- changes ------------------------------------------------------------------------
 
 
@@ -288,4 +348,10 @@ def test_filter_problems_and_codes() -> None:
         assert filter_problem(f), f
     created = binding_from_codes(2, "orders", 3, ALICE, "*", 3, 3)
     assert created == LIT_ORDERS
-    assert binding_problem(binding_from_codes(7, "orders", 3, ALICE, "*", 3, 3))
+    assert binding_problem(binding_from_codes(7, "orders", 3, ALICE, "*", 3, 3))  # USER
+    txn = binding_from_codes(5, "app", 4, ALICE, "*", 4, 3)
+    assert txn == acl(TX, "app", Op.WRITE, pattern=PRE) and binding_problem(txn) is None
+    idempotent = binding_from_codes(4, CLUSTER_NAME, 3, ALICE, "*", 12, 3)
+    assert idempotent.entry.operation is Op.IDEMPOTENT_WRITE
+    assert binding_problem(idempotent) is None
+    assert filter_problem(filter_from_codes(5, None, 1, None, None, 12, 1)) is None

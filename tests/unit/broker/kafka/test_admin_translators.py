@@ -296,8 +296,9 @@ def test_metadata_v8_authorized_operations_when_asked() -> None:
         METADATA, ctx(8, allowed=acl), body, answer))
     ops = got["topics"][0]["topic_authorized_operations"]
     assert ops == (1 << ACLOperation.READ) | (1 << ACLOperation.DESCRIBE)
-    assert got["cluster_authorized_operations"] == (
-        (1 << ACLOperation.DESCRIBE) | (1 << ACLOperation.IDEMPOTENT_WRITE))
+    # IDEMPOTENT_WRITE only as the ACLs say (WRITE on a topic lets a producer in too,
+    # but Kafka's bitfield names the cluster's own ACLs)
+    assert got["cluster_authorized_operations"] == 1 << ACLOperation.DESCRIBE
     assert all(audit is False for *_, audit in acl.asked)  # bitfields log no denials
 
 
@@ -362,7 +363,8 @@ def test_describe_cluster_answer() -> None:
         brokers=[MetadataBroker(node_id=n, host=f"gw{n}", port=9092) for n in (0, 2)],
         cluster_id="prod", controller_id=0)
     acl = Acl((AclOperation.DESCRIBE, GwResourceType.CLUSTER, "kafka-cluster"),
-              (AclOperation.ALTER, GwResourceType.CLUSTER, "kafka-cluster"))
+              (AclOperation.ALTER, GwResourceType.CLUSTER, "kafka-cluster"),
+              (AclOperation.IDEMPOTENT_WRITE, GwResourceType.CLUSTER, "kafka-cluster"))
     got = oracle.response(KDescribeClusterResponse, 0, translated(
         DESCRIBE_CLUSTER, ctx(0, addresses=ADDRESSES, allowed=acl), body, answer))
     assert got == {
@@ -735,11 +737,11 @@ def test_describe_acls_refusal_is_top_level() -> None:
 
 
 @pytest.mark.parametrize(("kafka_only", "sent_type", "sent_operation"), [
-    ({"resource_type_filter": ResourceType.TRANSACTIONAL_ID, "operation": ACLOperation.READ},
+    ({"resource_type_filter": ResourceType.USER, "operation": ACLOperation.READ},
      GwResourceType.ANY, AclOperation.READ),
     ({"resource_type_filter": ResourceType.DELEGATION_TOKEN}, GwResourceType.ANY,
      AclOperation.ANY),
-    ({"operation": ACLOperation.IDEMPOTENT_WRITE}, GwResourceType.TOPIC, AclOperation.ANY),
+    ({"operation": ACLOperation.CREATE_TOKENS}, GwResourceType.TOPIC, AclOperation.ANY),
 ])
 def test_describe_acls_of_what_groupwire_has_not_matches_nothing(
         kafka_only: Body, sent_type: int, sent_operation: int) -> None:
@@ -752,6 +754,38 @@ def test_describe_acls_of_what_groupwire_has_not_matches_nothing(
         acls=[AclDescription(principal="User:x", host="*", operation=4,
                              permission_type=3)])])
     assert translated(DESCRIBE_ACLS, ctx(1), body, anything)["resources"] == []
+
+
+def test_transactional_id_and_idempotent_write_acls_are_groupwire_s_too() -> None:
+    """Resource type 5 and operation 12 pass through as they are, both ways."""
+    body = oracle.request(KDescribeAclsRequest, 1, **_acl_filter(
+        resource_type_filter=ResourceType.TRANSACTIONAL_ID,
+        operation=ACLOperation.IDEMPOTENT_WRITE))
+    sent = dispatched(DESCRIBE_ACLS, ctx(1), body)
+    assert isinstance(sent, DescribeAclsRequest)
+    assert (sent.resource_type_filter, sent.operation) == (
+        GwResourceType.TRANSACTIONAL_ID, AclOperation.IDEMPOTENT_WRITE)
+    found = DescribeAclsResponse(resources=[DescribeAclsResource(
+        resource_type=5, resource_name="app", pattern_type=4,
+        acls=[AclDescription(principal="User:x", host="*", operation=4, permission_type=3)])])
+    got = oracle.response(KDescribeAclsResponse, 1, translated(
+        DESCRIBE_ACLS, ctx(1), body, found))
+    assert [(r["resource_type"], r["resource_name"], r["pattern_type"])
+            for r in got["resources"]] == [(ResourceType.TRANSACTIONAL_ID, "app",
+                                             ACLResourcePatternType.PREFIXED)]
+    created = oracle.request(KCreateAclsRequest, 1, creations=[_creation(
+        resource_type=ResourceType.TRANSACTIONAL_ID, resource_name="app",
+        operation=ACLOperation.WRITE)])
+    sent = dispatched(CREATE_ACLS, ctx(1), created)
+    assert isinstance(sent, CreateAclsRequest)
+    assert [(c.resource_type, c.resource_name, c.operation) for c in sent.creations] == [
+        (5, "app", 4)]
+    deleted = oracle.request(KDeleteAclsRequest, 1, filters=[_acl_filter(
+        resource_type_filter=ResourceType.TRANSACTIONAL_ID, resource_name_filter="app")])
+    sent = dispatched(DELETE_ACLS, ctx(1), deleted)
+    assert isinstance(sent, DeleteAclsRequest)
+    assert [(f.resource_type_filter, f.resource_name_filter) for f in sent.filters] == [
+        (5, "app")]
 
 
 def _creation(**kw: Any) -> Body:
@@ -791,17 +825,17 @@ def test_create_acls_top_level_refusal_lands_on_every_creation() -> None:
 
 def test_create_acls_of_what_groupwire_has_not_say_so() -> None:
     body = oracle.request(KCreateAclsRequest, 1, creations=[
-        _creation(resource_type=ResourceType.TRANSACTIONAL_ID, resource_name="txn")])
+        _creation(resource_type=ResourceType.DELEGATION_TOKEN, resource_name="tok")])
     answer = CreateAclsResponse(results=[AclCreationResult(
         error_code=ErrorCode.INVALID_REQUEST, error_message="resource type UNKNOWN ...")])
     got = translated(CREATE_ACLS, ctx(1), body, answer)
     assert got["results"][0]["error_code"] == kerr.InvalidRequestError.errno
-    assert "TRANSACTIONAL_ID" in got["results"][0]["error_message"]
+    assert "DELEGATION_TOKEN" in got["results"][0]["error_message"]
 
 
 def test_delete_acls() -> None:
     body = oracle.request(KDeleteAclsRequest, 1, filters=[
-        _acl_filter(), _acl_filter(resource_type_filter=ResourceType.TRANSACTIONAL_ID),
+        _acl_filter(), _acl_filter(resource_type_filter=ResourceType.DELEGATION_TOKEN),
         _acl_filter(resource_name_filter=None)])
     assert dispatched(DELETE_ACLS, ctx(1), body) == DeleteAclsRequest(filters=[
         DeleteAclsFilter(resource_type_filter=2, resource_name_filter="orders",
@@ -829,7 +863,7 @@ def test_delete_acls() -> None:
 
 def test_delete_acls_top_level_refusal_lands_on_every_filter() -> None:
     body = oracle.request(KDeleteAclsRequest, 1, filters=[
-        _acl_filter(), _acl_filter(operation=ACLOperation.IDEMPOTENT_WRITE)])
+        _acl_filter(), _acl_filter(operation=ACLOperation.CREATE_TOKENS)])
     assert dispatched(DELETE_ACLS, ctx(1), body) == DeleteAclsRequest(filters=[
         DeleteAclsFilter(resource_type_filter=2, resource_name_filter="orders",
                          pattern_type_filter=3, principal_filter=None, host_filter=None,

@@ -219,7 +219,7 @@ def exchange(api: int, version: int, **changes: Any) -> Exchange:
 
 # --- what is served ------------------------------------------------------------------------
 
-SERVED = {22: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 0)}
+SERVED = {22: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1)}
 
 CLIENTS: dict[str, dict[int, tuple[int, int]]] = {
     # src/rdkafka_request.c and src/rdkafka_txnmgr.c (2.16): InitProducerId 3-4 when it
@@ -439,6 +439,8 @@ def test_list_transactions() -> None:
     ex = exchange(66, 0)
     assert ex.request() == m.ListTransactionsRequest(state_filters=["Ongoing"],
                                                      producer_id_filters=[PID])
+    assert exchange(66, 1, duration_filter=60_000).request() == m.ListTransactionsRequest(
+        state_filters=["Ongoing"], producer_id_filters=[PID], duration_filter_ms=60_000)
     answer = ex.answer(m.ListTransactionsResponse(
         unknown_state_filters=["Sleeping"], transaction_states=[
             m.ListedTransaction(transactional_id="tx-1", producer_id=PID,

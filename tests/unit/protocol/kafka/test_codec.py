@@ -66,7 +66,7 @@ BRIEF_TABLE = {
     "OffsetDelete": (0, 0), "DescribeUserScramCredentials": (0, 0),
     "AlterUserScramCredentials": (0, 0), "DescribeCluster": (0, 1), "ElectLeaders": (0, 2),
     "AddPartitionsToTxn": (0, 3), "AddOffsetsToTxn": (0, 3), "EndTxn": (0, 3),
-    "TxnOffsetCommit": (0, 3), "DescribeTransactions": (0, 0), "ListTransactions": (0, 0),
+    "TxnOffsetCommit": (0, 3), "DescribeTransactions": (0, 0), "ListTransactions": (0, 1),
 }
 
 
