@@ -185,6 +185,15 @@ async def test_find_coordinator_points_at_this_broker(broker, connect) -> None: 
     resp = await conn.send(FindCoordinatorRequest(key="any-group"),
                            response_type=FindCoordinatorResponse)
     assert (resp.error_code, resp.node_id, resp.port) == (0, 0, broker.port)
-    bad = await conn.send(FindCoordinatorRequest(key="x", key_type=1),
+    bad = await conn.send(FindCoordinatorRequest(key="x", key_type=2),
                           response_type=FindCoordinatorResponse)
     assert bad.error_code == ErrorCode.INVALID_REQUEST
+    # a transactional id's coordinator: __transaction_state is made on the first ask
+    txn = await conn.send(FindCoordinatorRequest(key="x", key_type=1),
+                          response_type=FindCoordinatorResponse)
+    assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    async with asyncio.timeout(10):
+        while txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            txn = await conn.send(FindCoordinatorRequest(key="x", key_type=1),
+                                  response_type=FindCoordinatorResponse)
+    assert (txn.error_code, txn.node_id, txn.port) == (0, 0, broker.port)
