@@ -58,6 +58,7 @@ from groupwire.broker.storage.fileops import FileOps
 from groupwire.broker.storage.flush import FlushItem, FlushTicket
 from groupwire.broker.storage.handles import HandlePool
 from groupwire.broker.storage.producer_log import (
+    SNAPSHOT_FILE,
     ProducerRefused,
     record_stored,
     replay,
@@ -187,10 +188,12 @@ class PartitionLog:
         same one."""
         self._producers_gen = 0
         """Bumped by each cut of the log: a build that spanned one starts again."""
-        self._producer_snapshot = take_snapshot(self._ops, directory,
-                                                self.log_start_offset)
-        """The snapshot a clean close left: where the build starts, unless the log was
-        cut below the offset it covers."""
+        snapshot = take_snapshot(self._ops, directory, self.log_start_offset)
+        self._producer_snapshot = (
+            snapshot if snapshot is not None and snapshot[0] <= self._leo else None)
+        """The snapshot a clean close, or the last segment roll, left: where the build
+        starts, unless the log was cut below the offset it covers (a crash lost the
+        unsynced tail it described)."""
         if self._unsynced or self._dir_gen:
             self._mark_dirty()
 
@@ -539,6 +542,9 @@ class PartitionLog:
         if self._producers is not None and not self._producers.truncated(end):
             self._producers = None
         self._producers_gen += 1
+        # a roll's snapshot may describe what was just cut: gone, a crash replays instead
+        with contextlib.suppress(OSError):
+            self._ops.unlink(self.directory / SNAPSHOT_FILE)
         if self._producer_snapshot is not None and self._producer_snapshot[0] > end:
             self._producer_snapshot = None
 
@@ -769,7 +775,24 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._dir_gen += 1
+        self._snapshot_producers()
         return new
+
+    def _snapshot_producers(self) -> None:
+        """At a roll, as Kafka takes its producer snapshots: the producers' state as of
+        the log end, so that after a crash the build replays from here, not from the log
+        start. Not fsynced: a torn or lost snapshot only means a longer replay, and one
+        beyond what the crash left of the log is ignored at the next open."""
+        kept = ((self._leo, self._producers) if self._producers is not None
+                else self._producer_snapshot)
+        if kept is None or not len(kept[1]):
+            return
+        try:
+            write_snapshot(self._ops, self.directory, kept[1], kept[0], sync=False,
+                           log_start_offset=self.log_start_offset)
+        except OSError as exc:
+            log.warning("producer_snapshot_not_written", topic=self.topic,
+                        partition=self.partition, error=str(exc))
 
     def _check_open(self) -> None:
         if self._closed:
