@@ -225,7 +225,8 @@ class TopicApis:
         if request.key_type != 0:
             return FindCoordinatorResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"key_type: 0 (group) or 1 (transactional id), got {request.key_type}",
+                error_message=f"key_type: 0 (group) or 1 (transactional id), "
+                              f"got {request.key_type}",
             )
         host, port = self.advertised(listener)
         return FindCoordinatorResponse(node_id=NODE_ID, host=host, port=port)

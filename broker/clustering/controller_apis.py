@@ -184,7 +184,8 @@ class ClusterApis:
         if request.key_type != 0:
             return FindCoordinatorResponse(
                 error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"key_type: 0 (group) or 1 (transactional id), got {request.key_type}")
+                error_message=f"key_type: 0 (group) or 1 (transactional id), "
+                              f"got {request.key_type}")
         image = self._node.image
         offsets = image.topics.get(OFFSETS_TOPIC)
         if offsets is None:
