@@ -3,9 +3,10 @@
 Pure (no pyspark, no I/O) so every rule is unit-tested. Spark hands options over with
 case-insensitive keys; names here keep Spark's Kafka spelling (``startingOffsets``) and
 every error names the option it is about, so a typo fails the query at once instead of
-being ignored. The security options are Kafka's client properties (``security.protocol``,
-``sasl.mechanism``, ``sasl.username``/``sasl.password`` or ``sasl.jaas.config``,
-``ssl.truststore.location`` or ``ssl.cafile`` ...); only
+being ignored. ``isolationLevel`` is also accepted under its Kafka name, ``isolation.level``
+(or Spark-Kafka's ``kafka.isolation.level``). The security options are Kafka's client
+properties (``security.protocol``, ``sasl.mechanism``, ``sasl.username``/``sasl.password``
+or ``sasl.jaas.config``, ``ssl.truststore.location`` or ``ssl.cafile`` ...); only
 :meth:`ClientSecurity.config`, called where a connection is made, reads a file.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from groupwire.client.fetcher import ISOLATION_LEVELS, READ_UNCOMMITTED
 from groupwire.client.security import (
     DEFAULT_SASL_MECHANISM,
     PLAINTEXT,
@@ -35,11 +37,19 @@ DEFAULT_REQUEST_TIMEOUT_MS: Final = 30000
 _SOURCE_OPTIONS: Final = (
     "bootstrap", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
     "maxOffsetsPerTrigger", "failOnDataLoss", "minPartitions", "fetchMaxBytes",
-    "requestTimeoutMs",
+    "requestTimeoutMs", "isolationLevel",
 )
+_KAFKA_NAMES: Final = {"isolation.level": "isolationLevel"}
+"""Source options also given by their Kafka consumer property name (Spark-Kafka passes
+``kafka.isolation.level`` to its consumers), so an existing query's options carry over."""
 _SINK_OPTIONS: Final = ("bootstrap", "topic", "requestTimeoutMs", "lingerMs",
-                        "maxBatchBytes", "checkpointLocation", "path")
-# Spark adds these itself for some writes; they mean nothing to this sink.
+                        "maxBatchBytes", "transactionalIdPrefix", "transactionTimeoutMs",
+                        "checkpointLocation", "path")
+# Spark adds the last two itself for some writes; they mean nothing to this sink.
+
+DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 60000
+"""Kafka's ``transaction.timeout.ms`` default: an exactly-once task's transaction left open
+by a crash blocks read_committed readers of its partitions at most this long."""
 
 SECURITY_OPTIONS: Final = (
     "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
@@ -56,6 +66,10 @@ _SSL_FILES: Final = ("ssl.truststore.location", "ssl.keystore.location", "ssl.ke
 _SECRET: Final = ("sasl.password", "sasl.jaas.config", "ssl.key.password")
 
 Mode = Literal["batch", "stream"]
+
+_MAX_PREFIX: Final = 200
+"""A transactional id (and the marker group named like it) is the prefix, a dash and the
+task's partition number: kept well inside a group id's and a log line's comfort."""
 
 
 class OptionError(ValueError):
@@ -112,6 +126,10 @@ class SourceOptions:
     fetch_max_bytes: int
     request_timeout_ms: int
     security: ClientSecurity = ClientSecurity()
+    isolation_level: str = READ_UNCOMMITTED
+    """Kafka's: ``read_uncommitted`` reads to the high watermark, transactions' records
+    whatever their outcome; ``read_committed`` only below the last stable offset, without
+    aborted transactions' records. Transaction markers are never rows."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this read subscribes to."""
@@ -123,7 +141,10 @@ class SourceOptions:
 
 @dataclass(frozen=True, slots=True)
 class SinkOptions:
-    """What a write needs; ``topic`` is the default for rows without a topic column."""
+    """What a write needs; ``topic`` is the default for rows without a topic column.
+
+    ``transactional_id_prefix`` set makes the sink exactly-once (each write task one
+    transaction, :mod:`groupwire.pipeline.writer`); None keeps it at-least-once."""
 
     bootstrap: str
     topic: str | None
@@ -131,6 +152,8 @@ class SinkOptions:
     linger_ms: int
     max_batch_bytes: int
     security: ClientSecurity = ClientSecurity()
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
 
 def _normalise(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
@@ -138,8 +161,12 @@ def _normalise(options: Mapping[str, str], known: tuple[str, ...], what: str) ->
     out: dict[str, str] = {}
     for key, value in options.items():
         lowered = key.lower()
-        if lowered.startswith("kafka.") and lowered[6:] in SECURITY_OPTIONS:
+        if lowered.startswith("kafka.") and (lowered[6:] in SECURITY_OPTIONS
+                                             or lowered[6:] in _KAFKA_NAMES):
             lowered = lowered[6:]  # Spark-Kafka's spelling of the same property
+        alias = _KAFKA_NAMES.get(lowered)
+        if alias is not None and alias in known:
+            lowered = alias.lower()
         name = by_lower.get(lowered)
         if name is None:
             raise OptionError(f"unknown {what} option {key!r}; known: {', '.join(known)} "
@@ -225,6 +252,17 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     return lowered == "true"
 
 
+def _isolation_level(opts: Mapping[str, str]) -> str:
+    text = opts.get("isolationLevel")
+    if text is None:
+        return READ_UNCOMMITTED
+    level = str(text).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(f"option 'isolationLevel': expected {' or '.join(ISOLATION_LEVELS)}, "
+                          f"got {text!r}")
+    return level
+
+
 def _bootstrap(opts: Mapping[str, str]) -> str:
     text = opts.get("bootstrap")
     if text is None or not str(text).strip():
@@ -286,7 +324,7 @@ def parse_source_options(options: Mapping[str, str], mode: Mode) -> SourceOption
         fetch_max_bytes=_positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES,
         request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
                             or DEFAULT_REQUEST_TIMEOUT_MS),
-        security=parse_security(opts))
+        security=parse_security(opts), isolation_level=_isolation_level(opts))
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -305,10 +343,24 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                               ) from None
         if linger_ms < 0:
             raise OptionError(f"option 'lingerMs': expected 0 or more, got {linger!r}")
+    prefix = opts.get("transactionalIdPrefix")
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise OptionError("option 'transactionalIdPrefix': empty; give a name unique "
+                              "to this query (its tasks' transactional ids start with it)")
+        if len(prefix) > _MAX_PREFIX:
+            raise OptionError(f"option 'transactionalIdPrefix': at most {_MAX_PREFIX} "
+                              f"characters, got {len(prefix)}")
+    timeout_ms = _positive_int(opts, "transactionTimeoutMs")
+    if timeout_ms is not None and prefix is None:
+        raise OptionError("option 'transactionTimeoutMs' is only used with "
+                          "'transactionalIdPrefix' (exactly-once writes)")
     return SinkOptions(
         bootstrap=_bootstrap(opts), topic=topic.strip() if topic else None,
         request_timeout_ms=(_positive_int(opts, "requestTimeoutMs")
                             or DEFAULT_REQUEST_TIMEOUT_MS),
         linger_ms=linger_ms,
         max_batch_bytes=_positive_int(opts, "maxBatchBytes") or 1048576,
-        security=parse_security(opts))
+        security=parse_security(opts), transactional_id_prefix=prefix,
+        transaction_timeout_ms=timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS)

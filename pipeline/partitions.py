@@ -34,7 +34,8 @@ def tasks_for(opts: SourceOptions, ranges: list[OffsetRange]) -> list[RangeParti
                                     fail_on_data_loss=opts.fail_on_data_loss,
                                     fetch_max_bytes=opts.fetch_max_bytes,
                                     request_timeout_ms=opts.request_timeout_ms,
-                                    security=opts.security))
+                                    security=opts.security,
+                                    isolation_level=opts.isolation_level))
             for r in split_ranges(ranges, opts.min_partitions)]
 
 

@@ -6,6 +6,13 @@ requests: no consumer group, since Spark's checkpoint owns the offsets. The next
 is sent before the current answer is decoded, so the broker works while the task builds
 columns. Record bytes are handed out as stored: ``key`` and ``value`` are exactly what
 the producer sent.
+
+Transactions as the SDK's consumer sees them: a transaction marker (control batch) is
+never a row, at either isolation level, but its offset counts as read, so a range that
+ends on one completes. A read_committed task fetches with isolation level 1 (its range
+ends at or below the last stable offset the planner saw) and drops the records of
+aborted transactions by the answer's ``aborted_transactions``, deciding batch by batch
+with the SDK's own :func:`~groupwire.client.fetcher.visible_records`.
 """
 
 from __future__ import annotations
@@ -22,18 +29,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from groupwire.client.cluster import Cluster
+from groupwire.client.fetcher import (
+    ISOLATION_LEVELS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    visible_records,
+)
 from groupwire.pipeline.offsets import OffsetRange
 from groupwire.pipeline.options import ClientSecurity
 from groupwire.pipeline.schema import arrow_schema, headers_type
 from groupwire.protocol.batches import (
     BatchHeader,
     CorruptBatchError,
+    DecodedRecord,
     decode_records_partial,
     iter_batch_spans,
     record_problem,
 )
 from groupwire.protocol.errors import ErrorCode
-from groupwire.protocol.messages import FetchPartition, FetchRequest, FetchResponse, FetchTopic
+from groupwire.protocol.messages import (
+    AbortedTransaction,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+)
 
 try:
     import uvloop
@@ -72,6 +92,9 @@ class ReadTask:
     request_timeout_ms: int
     security: ClientSecurity = field(default_factory=ClientSecurity)
     """Property strings: the worker builds its TLS context from them."""
+    isolation_level: str = READ_UNCOMMITTED
+    """Kafka's ``read_uncommitted`` or ``read_committed`` (the range then ends at or below
+    the last stable offset the planner saw)."""
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -107,6 +130,9 @@ async def _fetch_chunks(task: ReadTask,
                       request_timeout_ms=task.request_timeout_ms,
                       security=task.security.config())
     where = f"{r.topic}[{r.partition}]"
+    read_committed = task.isolation_level == READ_COMMITTED
+    loop = asyncio.get_running_loop()
+    held_since: float | None = None  # when an open transaction first held the range up
     pending: asyncio.Task[FetchResponse] | None = None
     try:
         offset = r.start
@@ -131,8 +157,19 @@ async def _fetch_chunks(task: ReadTask,
                 raise ReadError(f"fetch of {where} at offset {offset} failed: "
                                 f"{ErrorCode.name_of(code)} {part.error_message or ''}".strip())
             if not part.records:
+                if read_committed and 0 <= part.last_stable_offset <= offset:
+                    # the range reaches into a transaction still open (an explicit
+                    # endingOffsets past the last stable offset): wait for it to end
+                    held_since = loop.time() if held_since is None else held_since
+                    if loop.time() - held_since > task.request_timeout_ms / 1000:
+                        raise ReadError(
+                            f"{where} offsets {offset}-{r.end - 1} are past the last "
+                            f"stable offset {part.last_stable_offset}: a transaction open "
+                            f"there did not end within {task.request_timeout_ms} ms "
+                            "(requestTimeoutMs); read_committed reads only below it")
                 pending = asyncio.ensure_future(_fetch(cluster, task, offset))
                 continue
+            held_since = None
             try:
                 spans = list(iter_batch_spans(part.records))
             except CorruptBatchError as exc:
@@ -143,9 +180,11 @@ async def _fetch_chunks(task: ReadTask,
                 pending = asyncio.ensure_future(_fetch(cluster, task, next_offset))
                 await asyncio.sleep(0)  # let the request leave before decoding
             view = memoryview(part.records)
+            shown = _visible(spans, view, part.aborted_transactions, read_committed)
             rows_out: list[_Chunk] = []
-            for header, start, end in spans:
-                if header.next_offset <= offset or header.base_offset >= r.end:
+            for (header, start, end), visible in zip(spans, shown, strict=True):
+                if (not visible or header.next_offset <= offset
+                        or header.base_offset >= r.end):
                     continue
                 try:
                     rows = msgpack.unpackb(view[start + header.header_size:end], raw=False)
@@ -170,10 +209,43 @@ async def _fetch_chunks(task: ReadTask,
         await cluster.close()
 
 
+def _visible(spans: list[tuple[BatchHeader, int, int]], view: memoryview,
+             aborted: list[AbortedTransaction] | None, read_committed: bool) -> list[bool]:
+    """Whether each batch of a Fetch answer holds rows: a marker's never; under
+    read_committed, an aborted transaction's neither. The SDK's :func:`visible_records`
+    decides, fed one stand-in record per batch (a marker's carries its key, commit or
+    abort), so the records themselves are decoded only for the batches kept."""
+    if not any(h.is_transactional or h.is_control for h, _, _ in spans):
+        return [True] * len(spans)
+    if not read_committed:
+        return [not h.is_control for h, _, _ in spans]
+    batches = [(header, [DecodedRecord(i, 0, _marker_key(view, header, start, end)
+                                       if header.is_control else None, None, [])])
+               for i, (header, start, end) in enumerate(spans)]
+    kept = {r.offset for r in visible_records(batches, read_committed=True,
+                                              aborted=aborted)[0]}
+    return [i in kept for i in range(len(spans))]
+
+
+def _marker_key(view: memoryview, header: BatchHeader, start: int, end: int,
+                ) -> bytes | None:
+    """A control batch's record key (Kafka's control key: version, commit or abort), or
+    None when it does not unpack (read as no abort marker, as the SDK reads one)."""
+    try:
+        rows = msgpack.unpackb(view[start + header.header_size:end], raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if isinstance(rows, list) and rows and isinstance(rows[0], list) and len(rows[0]) > 2:
+        key = rows[0][2]
+        return key if isinstance(key, bytes) else None
+    return None
+
+
 async def _fetch(cluster: Cluster, task: ReadTask, offset: int) -> FetchResponse:
     r = task.range
     request = FetchRequest(
         max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=task.fetch_max_bytes,
+        isolation_level=ISOLATION_LEVELS[task.isolation_level],
         topics=[FetchTopic(topic=r.topic, partitions=[FetchPartition(
             partition=r.partition, fetch_offset=offset,
             partition_max_bytes=task.fetch_max_bytes)])])

@@ -96,7 +96,8 @@ def _check_write_schema(schema: StructType) -> tuple[str, ...]:
 
 
 class BatchReader(DataSourceReader):
-    """Reads exactly ``[startingOffsets, endingOffsets)`` of every subscribed partition."""
+    """Reads exactly ``[startingOffsets, endingOffsets)`` of every subscribed partition
+    (``latest``: the last stable offset under read_committed)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -105,7 +106,7 @@ class BatchReader(DataSourceReader):
         opts = self.opts
         with Planner(opts) as planner:
             tps = planner.partitions()
-            earliest, latest = planner.bounds(tps)
+            earliest, latest, _ = planner.bounds(tps)
         start = resolve_spec("startingOffsets", opts.starting, tps, earliest, latest)
         end = resolve_spec("endingOffsets", opts.ending, tps, earliest, latest)
         ranges = []

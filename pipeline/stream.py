@@ -4,7 +4,10 @@ Offsets are ``{"topic": {"0": next_offset, ...}}`` with keys in sorted order (se
 :mod:`groupwire.pipeline.offsets`). Each trigger looks the partitions up again, so partitions added
 while the query runs (and topics newly matching ``subscribePattern``) are read from their
 first offset. Records deleted by retention before they were read fail the query, or with
-``failOnDataLoss=false`` are reported in the worker's log and skipped.
+``failOnDataLoss=false`` are reported in the worker's log and skipped. Under
+``isolationLevel=read_committed`` the latest offsets are the last stable offsets: a
+micro-batch stops at the first record of a transaction still open and reads it in a later
+one, once the transaction has ended.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from groupwire.pipeline.offsets import (
 )
 from groupwire.pipeline.options import SourceOptions
 from groupwire.pipeline.partitions import read_partition, tasks_for
-from groupwire.pipeline.planning import Planner
+from groupwire.pipeline.planning import Bounds, Planner
 from groupwire.pipeline.reading import DataLossError
 
 log = logging.getLogger("groupwire.pipeline")
@@ -54,14 +57,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = Planner(self.opts)
         return self._planner
 
-    def _now(self) -> tuple[Positions, Positions]:
+    def _now(self) -> Bounds:
         planner = self._plan()
         return planner.bounds(planner.partitions())
 
     def initialOffset(self) -> dict[str, Any]:
         planner = self._plan()
         tps = planner.partitions()
-        earliest, latest = planner.bounds(tps)
+        earliest, latest, _ = planner.bounds(tps)
         return to_json(resolve_spec("startingOffsets", self.opts.starting, tps, earliest,
                                     latest))
 
@@ -71,33 +74,36 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._now()[1]
+        self._target = self._now().latest
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else to_json(self._latest)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
-        latest = self._now()[1]
-        self._latest = latest
-        end = self._checked_end(begin, latest)
+        now = self._now()
+        self._latest = now.latest
+        end = self._checked_end(begin, now)
         if self._target is not None:
             end = cap(begin, end, self._target)
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
         return to_json(end)
 
-    def _checked_end(self, begin: Positions, latest: Positions) -> Positions:
-        """Latest positions, after failing (or reporting) partitions that lost data."""
+    def _checked_end(self, begin: Positions, now: Bounds) -> Positions:
+        """Latest positions, after failing (or reporting) partitions that lost data. A
+        position past the last stable offset but within the log (read_committed, a
+        transaction open there) waits for it: the partition stays where it is."""
         end: Positions = {}
-        for tp, off in latest.items():
+        for tp, off in now.latest.items():
             lo = begin.get(tp)
-            if lo is not None and off < lo:
-                self._loss(f"{tp.topic}[{tp.partition}] log end {off} is before the "
+            log_end = now.log_end.get(tp, off)
+            if lo is not None and log_end < lo:
+                self._loss(f"{tp.topic}[{tp.partition}] log end {log_end} is before the "
                            f"query's position {lo} (topic recreated or truncated?)")
-            end[tp] = off
+            end[tp] = lo if lo is not None and off < lo <= log_end else off
         for tp, lo in begin.items():
-            if tp not in latest and self.opts.matches(tp.topic):
+            if tp not in now.latest and self.opts.matches(tp.topic):
                 self._loss(f"{tp.topic}[{tp.partition}] no longer exists; its records from "
                            f"offset {lo} cannot be read")
         return end
