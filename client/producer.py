@@ -119,10 +119,12 @@ from groupwire.protocol.messages import (
 )
 
 log = logging.getLogger("groupwire.producer")
-CONCURRENT_RETRY_S: Final = 0.02
+CONCURRENT_RETRY_S: Final = 0.002
 """How soon a transactional request refused CONCURRENT_TRANSACTIONS (the coordinator
-still completing the previous transaction) is sent again, the first few times."""
-QUICK_RETRIES: Final = 5
+still completing the previous transaction) is first sent again; doubled each time up to
+:data:`CONCURRENT_RETRY_MAX_S`, for :data:`QUICK_RETRIES` times."""
+CONCURRENT_RETRY_MAX_S: Final = 0.02
+QUICK_RETRIES: Final = 8
 
 Headers = list[tuple[str, bytes | None]]
 Serializer = Callable[[Any], bytes | None]
@@ -871,9 +873,11 @@ class Producer:
                     return resp
                 if code == ErrorCode.CONCURRENT_TRANSACTIONS and attempt < QUICK_RETRIES:
                     # the previous transaction's markers are being written: a matter of
-                    # milliseconds, as Kafka's producer retries it (KAFKA-5482)
+                    # milliseconds, so asked again soon (Kafka's producer: after 20 ms,
+                    # KAFKA-5482), sooner at first
+                    await asyncio.sleep(min(CONCURRENT_RETRY_S * 2 ** attempt,
+                                            CONCURRENT_RETRY_MAX_S))
                     attempt += 1
-                    await asyncio.sleep(CONCURRENT_RETRY_S)
                     continue
                 err = coordinator_error(code, message or request.API_KEY.name,
                                         transactional_id=txn.transactional_id,
