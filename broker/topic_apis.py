@@ -499,7 +499,8 @@ class TopicApis:
                 answer = yield from self._append_one(
                     topic.name, part.index, part.records,
                     internal and not self._forwarded_events(request, topic.name),
-                    limit, request.acks)
+                    limit, request.acks,
+                    transactional_id=request.transactional_id is not None)
                 wrote = wrote or answer.error_code == ErrorCode.NONE
                 answers.append(answer)
                 yield
@@ -511,10 +512,12 @@ class TopicApis:
         return request.internal and self._settings.clustered and topic == EVENTS_TOPIC
 
     def _append_one(self, topic: str, partition: int, batch: bytes, internal: bool,
-                    limit: int, acks: int = -1) -> Steps[PartitionProduceResponse]:
+                    limit: int, acks: int = -1, *, transactional_id: bool = False,
+                    ) -> Steps[PartitionProduceResponse]:
         """Check one batch, yielding inside a big one's check, then append it, yielding
         between the pieces of a big one's write; it counts (is readable, has offsets)
-        only once written whole (docs/protocol.md §5.2)."""
+        only once written whole (docs/protocol.md §5.2). A transactional batch needs the
+        request's ``transactional_id`` (``transactional_id``: it has one), as Kafka's."""
         def fail(code: ErrorCode, message: str) -> PartitionProduceResponse:
             return PartitionProduceResponse(index=partition, error_code=code,
                                             error_message=message)
@@ -558,13 +561,17 @@ class TopicApis:
                     for e in exc.record_errors])
         except CorruptBatchError as exc:
             return fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        producer = producer_batch(header)
+        if producer is not None and producer.transactional and not transactional_id:
+            return fail(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        "a transactional batch needs the request's transactional_id")
         # Other requests ran between the check's steps: a DeleteTopics may have removed
         # the topic (or a partition of it) since it was looked up.
         if (gone := unknown()) is not None:
             return gone
         plog = self._store.log(topic, partition)
         try:
-            base = yield from plog.append_steps(batch, header, producer_batch(header))
+            base = yield from plog.append_steps(batch, header, producer)
         except ProducerRefused as exc:
             return fail(exc.code, exc.message)
         except StorageError as exc:

@@ -1071,7 +1071,8 @@ class Producer:
                 PartitionProduceData(index=batch.tp.partition, records=records))
         request = ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
                                  topic_data=[TopicProduceData(name=t, partition_data=parts)
-                                             for t, parts in by_topic.items()])
+                                             for t, parts in by_topic.items()],
+                                 transactional_id=self.transactional_id)
         try:
             resp = await self._cluster.send_to(node, request, response_type=ProduceResponse)
         except (ConnectionClosedError, RequestTimedOutError, BrokerNotAvailableError) as exc:

@@ -286,6 +286,9 @@ class ProduceRequest(Request):
     internal: bool = False
     """ext: a broker forwarding group events to the leader of ``__group_events`` (cluster
     mode); the only way to write an internal topic."""
+    transactional_id: str | None = None
+    """A transactional producer's id: transactional batches need it (and, with an
+    authorizer, WRITE on it), as Kafka's Produce does (docs/protocol.md §5.5)."""
 
 
 @_msg

@@ -227,6 +227,11 @@ def _whole_cluster(request: Request, operation: AclOperation, allowed: Allowed) 
 def _produce(request: ProduceRequest, allowed: Allowed) -> Guarded:
     if request.internal:  # a broker forwarding group events: brokers only
         return _whole_cluster(request, CLUSTER_ACTION, allowed)
+    tid = request.transactional_id
+    if tid is not None and not allowed(WRITE, TRANSACTIONAL_ID, tid):
+        # Kafka refuses the whole request: its transactional batches are the id's
+        return _refuse(request, TRANSACTIONAL_ID_DENIED,
+                       f"not authorized to WRITE on transactional id {tid!r}")
     kept, denied = _split(request.topic_data, lambda t: allowed(WRITE, TOPIC, t.name))
     refused = [TopicProduceResponse(name=t.name, partition_responses=[
         PartitionProduceResponse(index=p.index, error_code=TOPIC_DENIED,

@@ -75,7 +75,7 @@ async def test_a_transactional_batch_is_stored_as_sent(conn: WireConn) -> None:
     pid = await _producer_id(conn)
     txn = batch_v2([Rec(b"k", b"t0"), Rec(None, b"t1", ts_delta=1)], producer_id=pid,
                    producer_epoch=0, base_sequence=0, attributes=0x10)
-    assert (await produce(conn, "txn-c", 0, txn))["base_offset"] == 0
+    assert (await produce(conn, "txn-c", 0, txn, transactional_id="t"))["base_offset"] == 0
     outside = batch_v2([Rec(None, b"no")], producer_id=pid, producer_epoch=0,
                        base_sequence=2)
     refused = await produce(conn, "txn-c", 0, outside)
@@ -89,3 +89,17 @@ async def test_transaction_bits_in_layout_v1_are_corrupt(conn: WireConn) -> None
     v1 = assemble_v1(records_region([Rec(None, b"x")]), count=1, base_ts=TS,
                      attributes=0x10)
     assert (await produce(conn, "txn-v1-c", 0, v1))["error_code"] == Err.CORRUPT_MESSAGE
+
+
+async def test_a_transactional_batch_without_a_transactional_id_is_refused(
+        conn: WireConn) -> None:
+    """§5.5: a transactional batch needs the Produce's ``transactional_id``, as Kafka's
+    Produce does; nothing of it is stored."""
+    await create_topic(conn, "txn-noid-c")
+    pid = await _producer_id(conn)
+    txn = batch_v2([Rec(None, b"t0")], producer_id=pid, producer_epoch=0, base_sequence=0,
+                   attributes=0x10)
+    refused = await produce(conn, "txn-noid-c", 0, txn)
+    assert refused["error_code"] == Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, refused
+    part = await fetch_one(conn, "txn-noid-c", 0, 0)
+    assert part["records"] == b""

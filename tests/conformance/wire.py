@@ -101,6 +101,7 @@ class Err:
     OPERATION_NOT_ATTEMPTED = 55
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     TRANSACTIONAL_ID_NOT_FOUND = 105
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -639,11 +640,15 @@ async def create_topic(conn: WireConn, name: str, partitions: int = 1) -> None:
     assert body["topics"][0]["error_code"] == Err.NONE, body
 
 
-async def produce(conn: WireConn, topic: str, partition: int, records: bytes
-                  ) -> dict[str, Any]:
-    """One batch to one partition; returns that partition's response entry."""
-    body = await conn.call(Api.PRODUCE, {"topic_data": [
-        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+async def produce(conn: WireConn, topic: str, partition: int, records: bytes, *,
+                  transactional_id: str | None = None) -> dict[str, Any]:
+    """One batch to one partition (§4 Produce; ``transactional_id``, which a
+    transactional batch needs, §5.5); returns that partition's response entry."""
+    request: dict[str, Any] = {"topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+    if transactional_id is not None:
+        request["transactional_id"] = transactional_id
+    body = await conn.call(Api.PRODUCE, request)
     assert body["error_code"] == Err.NONE, body
     return body["responses"][0]["partition_responses"][0]  # type: ignore[no-any-return]
 

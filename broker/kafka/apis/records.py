@@ -13,8 +13,8 @@ the request named); incremental fetch sessions (KIP-227) are declined by answeri
 
 Transactions: a Fetch's ``isolation_level`` goes to the broker, whose last stable offset
 and aborted transactions (read_committed only; null otherwise) are the answer's. A
-Produce's ``transactional_id`` (v3+) is not passed on: the broker knows a transactional
-batch by its attributes and producer id (docs/protocol.md §4).
+Produce's ``transactional_id`` (v3+) is passed on: transactional batches need it, and
+WRITE on it with an authorizer (docs/protocol.md §5.5).
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def _produce_request(ctx: KafkaContext, body: Body) -> Step:
         acks=1 if acks == 0 else acks, timeout_ms=body["timeout_ms"],
         topic_data=[TopicProduceData(name=topic["name"], partition_data=[
             PartitionProduceData(index=p["index"], records=bytes(p["records"] or b""))
-            for p in topic["partition_data"]]) for topic in body["topic_data"]])
+            for p in topic["partition_data"]]) for topic in body["topic_data"]],
+        transactional_id=body["transactional_id"] if ctx.api_version >= 3 else None)
     return Silent(request) if acks == 0 else Dispatch(request)
 
 

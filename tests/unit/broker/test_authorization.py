@@ -91,6 +91,16 @@ def test_produce_with_no_topic_allowed_runs_nothing() -> None:
     assert resp.responses[0].partition_responses[0].error_code == 29
 
 
+def test_a_transactional_produce_needs_write_on_its_transactional_id() -> None:
+    """Kafka refuses the whole request TRANSACTIONAL_ID_AUTHORIZATION_FAILED first."""
+    req = m.ProduceRequest(transactional_id="tx", topic_data=[m.TopicProduceData(
+        name="t", partition_data=[m.PartitionProduceData(index=0, records=b"x")])])
+    refused = answered(guard(req, allow((Op.WRITE, Rt.TOPIC, "t"))))
+    assert refused.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    g = guard(req, allow((Op.WRITE, Rt.TOPIC, "t"), (Op.WRITE, Rt.TRANSACTIONAL_ID, "tx")))
+    assert isinstance(g.request, m.ProduceRequest) and g.request.topic_data == req.topic_data
+
+
 def test_internal_produce_and_replica_fetch_need_cluster_action() -> None:
     internal = m.ProduceRequest(topic_data=[], internal=True)
     assert answered(guard(internal, allow((Op.WRITE, Rt.TOPIC, "__group_events")))

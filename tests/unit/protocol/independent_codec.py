@@ -159,6 +159,7 @@ REQUESTS: dict[int, Struct] = {
             ),
         ),
         ("internal", "bool", False),
+        ("transactional_id", Opt("str"), None),
     ),
     3: struct(
         ("topics", Opt(Arr(struct(("name", "str")))), None),

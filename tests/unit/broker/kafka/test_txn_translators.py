@@ -531,14 +531,14 @@ def test_a_refused_fetch_has_no_stable_offset_nor_aborted_list(version: int) -> 
 
 
 @pytest.mark.parametrize("version", [3, 8])
-def test_a_transactional_produce_is_taken_as_any_other(version: int) -> None:
+def test_a_transactional_produce_carries_its_transactional_id(version: int) -> None:
     fields: Body = {"transactional_id": "tx-1", "acks": -1, "timeout_ms": 30_000,
                     "topic_data": [{"name": "t", "partition_data": [
                         {"index": 0, "records": None}]}]}
     request = Exchange(ProduceRequest, version, fields).request()
     assert request == m.ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
         m.TopicProduceData(name="t", partition_data=[
-            m.PartitionProduceData(index=0, records=b"")])])
+            m.PartitionProduceData(index=0, records=b"")])], transactional_id="tx-1")
 
 
 # --- FindCoordinator (10): a transaction's -------------------------------------------------
