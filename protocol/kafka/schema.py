@@ -19,7 +19,7 @@ SERVED: Mapping[int, tuple[int, int]] = {
     2: (1, 5),  # ListOffsets
     3: (0, 9),  # Metadata
     8: (2, 7),  # OffsetCommit
-    9: (1, 5),  # OffsetFetch
+    9: (1, 7),  # OffsetFetch
     10: (0, 2),  # FindCoordinator
     11: (0, 5),  # JoinGroup
     12: (0, 3),  # Heartbeat
@@ -168,12 +168,13 @@ REQUESTS: Mapping[int, Message] = {
             )),
         )),
     )),
-    9: Message(9, 'OffsetFetch', False, (1, 5), 6, (
-        F('group_id', 'string', (1, 5), default=''),
-        F('topics', 'struct', (1, 5), array=True, nullable=(2, 5), default=(), fields=(
-            F('name', 'string', (1, 5), default=''),
-            F('partition_indexes', 'int32', (1, 5), array=True, default=()),
+    9: Message(9, 'OffsetFetch', False, (1, 7), 6, (
+        F('group_id', 'string', (1, 7), default=''),
+        F('topics', 'struct', (1, 7), array=True, nullable=(2, 7), default=(), fields=(
+            F('name', 'string', (1, 7), default=''),
+            F('partition_indexes', 'int32', (1, 7), array=True, default=()),
         )),
+        F('require_stable', 'bool', (7, 7), default=False),
     )),
     10: Message(10, 'FindCoordinator', False, (0, 2), 3, (
         F('key', 'string', (0, 2), default=''),
@@ -514,19 +515,19 @@ RESPONSES: Mapping[int, Message] = {
             )),
         )),
     )),
-    9: Message(9, 'OffsetFetch', True, (1, 5), 6, (
-        F('throttle_time_ms', 'int32', (3, 5), default=0),
-        F('topics', 'struct', (1, 5), array=True, default=(), fields=(
-            F('name', 'string', (1, 5), default=''),
-            F('partitions', 'struct', (1, 5), array=True, default=(), fields=(
-                F('partition_index', 'int32', (1, 5), default=0),
-                F('committed_offset', 'int64', (1, 5), default=0),
-                F('committed_leader_epoch', 'int32', (5, 5), default=-1),
-                F('metadata', 'string', (1, 5), nullable=(1, 5), default=''),
-                F('error_code', 'int16', (1, 5), default=0),
+    9: Message(9, 'OffsetFetch', True, (1, 7), 6, (
+        F('throttle_time_ms', 'int32', (3, 7), default=0),
+        F('topics', 'struct', (1, 7), array=True, default=(), fields=(
+            F('name', 'string', (1, 7), default=''),
+            F('partitions', 'struct', (1, 7), array=True, default=(), fields=(
+                F('partition_index', 'int32', (1, 7), default=0),
+                F('committed_offset', 'int64', (1, 7), default=0),
+                F('committed_leader_epoch', 'int32', (5, 7), default=-1),
+                F('metadata', 'string', (1, 7), nullable=(1, 7), default=''),
+                F('error_code', 'int16', (1, 7), default=0),
             )),
         )),
-        F('error_code', 'int16', (2, 5), default=0),
+        F('error_code', 'int16', (2, 7), default=0),
     )),
     10: Message(10, 'FindCoordinator', True, (0, 2), 3, (
         F('throttle_time_ms', 'int32', (1, 2), default=0),

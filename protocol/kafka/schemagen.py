@@ -50,7 +50,7 @@ SERVED: Mapping[str, Versions] = {
     "Fetch": (4, 11),
     "ListOffsets": (1, 5),
     "OffsetCommit": (2, 7),
-    "OffsetFetch": (1, 5),
+    "OffsetFetch": (1, 7),
     "FindCoordinator": (0, 2),
     "JoinGroup": (0, 5),
     "Heartbeat": (0, 3),

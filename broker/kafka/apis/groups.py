@@ -290,7 +290,9 @@ def _fetch_offsets_request(ctx: KafkaContext, body: Body) -> Step:
         group_id=body["group_id"],
         topics=None if topics is None else [  # null (v2+): every committed partition
             OffsetFetchRequestTopic(name=t["name"], partition_indexes=list(t["partition_indexes"]))
-            for t in topics]))
+            for t in topics],
+        # v7 (KIP-447): a read_committed consumer waits out offsets a transaction holds
+        require_stable=bool(body["require_stable"]) if ctx.api_version >= 7 else False))
 
 
 def _fetched(ctx: KafkaContext, index: int, code: int, offset: int = -1,

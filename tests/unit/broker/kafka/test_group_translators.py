@@ -656,3 +656,17 @@ def test_offset_for_leader_epoch(version: int, replica_id: int | None, sent: int
     assert answer == {"throttle_time_ms": 0, "topics": [{"topic": "t", "partitions": [
         {"error_code": 0, "partition": 0, "leader_epoch": 4, "end_offset": 900},
         {"error_code": 74, "partition": 1, "leader_epoch": -1, "end_offset": -1}]}]}
+
+
+@pytest.mark.parametrize(("version", "stable"), [(6, False), (7, False), (7, True)])
+def test_offset_fetch_v7_asks_for_stable_offsets(version: int, stable: bool) -> None:
+    """KIP-447: a read_committed consumer's OffsetFetch (v7) waits out offsets a
+    transaction still holds (UNSTABLE_OFFSET_COMMIT, per partition)."""
+    changes: dict[str, Any] = {"require_stable": stable} if version >= 7 else {}
+    ex = exchange(9, version, **changes)
+    request = ex.request()
+    assert isinstance(request, m.OffsetFetchRequest) and request.require_stable == stable
+    unstable = ex.answer(m.OffsetFetchResponse(topics=[m.OffsetFetchResponseTopic(
+        name="t", partitions=[m.OffsetFetchResponsePartition(
+            partition_index=0, error_code=E.UNSTABLE_OFFSET_COMMIT)])]))
+    assert unstable["topics"][0]["partitions"][0]["error_code"] == 88

@@ -56,7 +56,7 @@ def compact(s: str) -> bytes:
 
 BRIEF_TABLE = {
     "ApiVersions": (0, 4), "Metadata": (0, 9), "Produce": (0, 8), "Fetch": (4, 11),
-    "ListOffsets": (1, 5), "OffsetCommit": (2, 7), "OffsetFetch": (1, 5),
+    "ListOffsets": (1, 5), "OffsetCommit": (2, 7), "OffsetFetch": (1, 7),
     "FindCoordinator": (0, 2), "JoinGroup": (0, 5), "Heartbeat": (0, 3), "SyncGroup": (0, 3),
     "LeaveGroup": (0, 3), "DescribeGroups": (0, 4), "ListGroups": (0, 2),
     "CreateTopics": (2, 4), "DeleteTopics": (1, 3), "CreatePartitions": (0, 1),
