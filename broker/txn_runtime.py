@@ -580,8 +580,14 @@ class TransactionRuntime:
             return
 
         async def run() -> None:
-            codes = await self._write_marker_work(work)
-            retry = [tp for tp, code in codes.items() if code.retriable]
+            try:
+                codes = await self._write_marker_work(work)
+            except Exception:  # a bug must not leave the transaction prepared for good
+                log.exception("transaction_markers_failed",
+                              transactional_id=work.transactional_id)
+                retry = list(work.partitions)
+            else:
+                retry = [tp for tp, code in codes.items() if code.retriable]
             now = self.now()
             self.execute(self.core.markers_failed(work.token, retry, now) if retry
                          else self.core.markers_written(work.token, now))
@@ -593,7 +599,7 @@ class TransactionRuntime:
     def _marker_done(self, task: asyncio.Task[None]) -> None:
         self._marker_tasks.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("transaction_markers_failed", error=repr(exc))
+            log.error("transaction_markers_not_settled", error=repr(exc))
 
     async def _write_marker_work(self, work: MarkerWork, *, forward: bool = True,
                                  ) -> dict[tuple[str, int], ErrorCode]:

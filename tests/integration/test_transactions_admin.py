@@ -76,3 +76,31 @@ async def test_the_coordinators_counters_follow_commits_aborts_and_fencing(
     assert after["producers_fenced"] - before["producers_fenced"] >= 1
     assert after["open"] == 0
     assert txns.unstable_records() == {"m": 0}
+
+
+async def test_marker_work_that_crashes_is_tried_again(broker: Broker, bootstrap: str,
+                                                       admin: Admin, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A bug in writing a transaction's markers must not leave it prepared for good: the
+    coordinator is told they failed and sends them again."""
+    await admin.create_topics(["crash"], num_partitions=1)
+    txns = broker.transactions
+    assert txns is not None
+    real = txns._write_marker_work
+    crashes: list[int] = []
+
+    async def crash_once(work, **kwargs):  # type: ignore[no-untyped-def]
+        if not crashes:
+            crashes.append(work.producer_id)
+            raise RuntimeError("a bug")
+        return await real(work, **kwargs)
+
+    monkeypatch.setattr(txns, "_write_marker_work", crash_once)
+    async with asyncio.timeout(BOUND_S), _producer(bootstrap, "tx-crash") as producer:
+        async with producer.transaction():
+            await producer.send("crash", b"1", partition=0)
+        async with producer.transaction():  # waits out the retried markers
+            await producer.send("crash", b"2", partition=0)
+    assert crashes
+    (described,) = await admin.describe_transactions("tx-crash")
+    assert described.state == "CompleteCommit"
+    assert txns.unstable_records() == {"crash": 0}
