@@ -58,8 +58,7 @@ def handle_offset_commit(engine: Engine, ctx: RequestContext, req: OffsetCommitR
     assert isinstance(cell, Commit)  # _validate answered a Refuse
     if member is not None and cell.renews_session:
         engine.arm_session(member, member.session_timeout_ms, now_ms)
-    fenced_member = (member if member is not None and engine.config.ownership_fencing
-                     and group.is_consumer and member.owned is not None else None)
+    fenced_member = fencing_member(engine, group, member)
     group_id = group.group_id
     staged: dict[TP, CommittedOffset] | None = None  # what the write stores, on first use
     records = engine.out.records
@@ -114,6 +113,14 @@ def partition_verdicts(engine: Engine, name: str, partitions: Sequence[P],
                             releasing=True)
     return [(p, commit_refusal(name, p.partition_index, p.committed_metadata or "", count,
                                refused, short_metadata, max_metadata)) for p in partitions]
+
+
+def fencing_member(engine: Engine, group: Group, member: Member | None) -> Member | None:
+    """The committer whose ownership fencing applies to a commit (§7.2), or None."""
+    if (member is not None and engine.config.ownership_fencing and group.is_consumer
+            and member.owned is not None):
+        return member
+    return None
 
 
 def commit_refusal(name: str, index: int, metadata: str, count: int, refused: frozenset[TP],
@@ -226,8 +233,7 @@ def offset_commit_steps(engine: Engine, ctx: RequestContext, req: OffsetCommitRe
     if member is not None and cell.renews_session:
         engine.arm_session(member, member.session_timeout_ms, now_ms)
     timers = out.build().timers
-    fenced_member = (member if member is not None and engine.config.ownership_fencing
-                     and group.is_consumer and member.owned is not None else None)
+    fenced_member = fencing_member(engine, group, member)
     counts = [engine.partition_count(t.name) or 0 for t in req.topics]
     refusals = [not_owned(fenced_member, ((t.name, p.partition_index) for p in t.partitions),
                           releasing=True) if fenced_member is not None else frozenset()

@@ -37,7 +37,7 @@ from groupwire.broker.coordinator.group import Group
 from groupwire.broker.coordinator.history import group_partitions
 from groupwire.broker.coordinator.member import TP, Member
 from groupwire.broker.coordinator.offsets import CommittedOffset, TxnOffset
-from groupwire.broker.coordinator.offsets_api import partition_verdicts
+from groupwire.broker.coordinator.offsets_api import fencing_member, partition_verdicts
 from groupwire.broker.coordinator.outputs import RequestContext
 from groupwire.broker.coordinator.ownership import NOT_YOURS, may_act
 from groupwire.broker.coordinator.records import (
@@ -72,8 +72,7 @@ def handle_txn_offset_commit(engine: Engine, ctx: RequestContext, req: TxnOffset
     if code is not NONE or group is None:
         _refuse_all(engine, ctx, req, code)
         return
-    fenced_member = (member if member is not None and engine.config.ownership_fencing
-                     and group.is_consumer and member.owned is not None else None)
+    fenced_member = fencing_member(engine, group, member)
     group_id = group.group_id
     producer_id, producer_epoch = req.producer_id, req.producer_epoch
     out = engine.out

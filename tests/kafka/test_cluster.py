@@ -284,12 +284,15 @@ def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         consumer.close()
 
 
-def read_all(bootstrap: str, topic: str, partitions: int) -> list[Any]:
-    """Every record of ``topic``, read without a group from offset 0 up to each
-    partition's high watermark."""
+def read_all(bootstrap: str, topic: str, partitions: int,
+             isolation: str = "read_uncommitted") -> list[Any]:
+    """Every record of ``topic`` a consumer of ``isolation`` reads without a group from
+    offset 0 up to each partition's high watermark (markers and aborted records are
+    offsets it passes without handing them out)."""
     ends = log_ends(bootstrap, topic, partitions)
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                            "enable.auto.commit": False, "enable.partition.eof": True})
+                            "enable.auto.commit": False, "enable.partition.eof": True,
+                            "isolation.level": isolation})
     try:
         consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)
                          for p in range(partitions) if ends[p] > 0])
@@ -790,33 +793,6 @@ def txn_coordinator_of(c: KafkaCluster, transactional_id: str) -> int:
     return until(ask, f"the coordinator of {transactional_id!r}")
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
-    """Every record a read_committed consumer reads of ``topic`` up to each partition's
-    end (its last stable offset)."""
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                            "isolation.level": "read_committed", "enable.auto.commit": False,
-                            "enable.partition.eof": True})
-    try:
-        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING)
-                         for p in range(partitions)])
-        got: list[bytes] = []
-        ended: set[int] = set()
-        deadline = time.monotonic() + BOUND_S
-        while len(ended) < partitions:
-            assert time.monotonic() < deadline, f"read stalled: {len(got)}, ended {ended}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == ck.KafkaError._PARTITION_EOF, msg.error()
-                ended.add(msg.partition())
-                continue
-            got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
-
-
 def test_a_transaction_outlives_its_sigkilled_coordinator_and_partition_leader(
         cluster: KafkaCluster, name: str) -> None:
     """librdkafka's transactional producer: records sent, its transaction coordinator's
@@ -855,7 +831,7 @@ def test_a_transaction_outlives_its_sigkilled_coordinator_and_partition_leader(
         producer.produce(name, f"c{i}".encode(), partition=i % PARTITIONS)
     assert producer.flush(BOUND_S) == 0
     producer.abort_transaction(BOUND_S)
-    got = read_committed(bootstrap, name, PARTITIONS)
+    got = [m.value() for m in read_all(bootstrap, name, PARTITIONS, "read_committed")]
     print(f"\n[kafka cluster] transaction coordinator {coordinator} SIGKILLed mid-transaction "
           f"(moved to {moved_to}), then partition leader {victim}: {len(got)} records "
           f"read_committed of 120 committed, {len(got) - len(set(got))} twice")
